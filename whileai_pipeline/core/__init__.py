@@ -1,0 +1,1 @@
+"""The exporter core: pure Python, no Dagster. Data flows run -> rows -> pairs -> files + reports."""

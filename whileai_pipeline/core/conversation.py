@@ -1,0 +1,83 @@
+"""Rebuild a chat transcript from a trajectory's ``prompt`` + ``steps`` (spec 1.4, 1.5)."""
+
+from .text import pyjson, text
+
+
+def conversation(row) -> list:
+    """Messages in the loose shape: tool calls as ``{"name", "arguments"}``, tool results as text."""
+    messages = []
+    opener = text(row.get("opener") or "")
+    if opener:
+        messages.append({"role": "assistant", "content": opener})
+    prompt = text(row.get("prompt") or "")
+    if prompt:
+        messages.append({"role": "user", "content": prompt})
+    for step in _steps(row.get("steps")):
+        if not isinstance(step, dict):
+            continue
+        user = step.get("user")
+        if user:
+            messages.append({"role": "user", "content": text(user)})
+            continue
+        spoken = text(step.get("text") or "")
+        tool = step.get("tool")
+        if tool:
+            arguments = step.get("arguments")
+            messages.append({
+                "role": "assistant",
+                "content": spoken,
+                "tool_calls": [{"name": tool, "arguments": arguments if arguments else {}}],
+            })
+            result = step.get("result")
+            messages.append({
+                "role": "tool",
+                "name": tool,
+                "content": result if isinstance(result, str) else pyjson(result),
+            })
+        elif spoken:
+            messages.append({"role": "assistant", "content": spoken})
+
+    final = text(row.get("final_text") or "")
+    if not final.startswith("<agent error"):
+        while len(messages) > 1 and messages[-1].get("role") == "user":
+            messages.pop()
+    if not final:
+        return messages
+    already = {m["content"] for m in messages if m.get("role") == "assistant" and m["content"].strip()}
+    if final in already:
+        return messages
+    if messages and messages[-1].get("role") == "assistant":
+        if not messages[-1]["content"].strip():
+            messages[-1]["content"] = final
+        return messages
+    messages.append({"role": "assistant", "content": final})
+    return messages
+
+
+def _steps(steps):
+    if not steps or not isinstance(steps, (list, tuple)):
+        return ()
+    return steps
+
+
+def bridge_tool_trace(row):
+    """Give a platform-pull row (``tool_trace``, no steps, no messages) synthetic steps (spec 1.5)."""
+    if row.get("messages") or row.get("steps"):
+        return row
+    trace = row.get("tool_trace")
+    if not isinstance(trace, list):
+        return row
+    steps = [
+        {"tool": el.get("tool"), "arguments": el.get("input"), "result": el.get("output")}
+        for el in trace
+        if isinstance(el, dict)
+    ]
+    return {**row, "steps": steps}
+
+
+def row_messages(row) -> list:
+    """The row's own ``messages`` when it has a non-empty list, else the rebuilt conversation."""
+    messages = row.get("messages")
+    if messages:
+        return messages
+    return conversation(row)

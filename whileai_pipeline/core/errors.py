@@ -1,0 +1,45 @@
+"""Errors a user can cause. Each message starts with a stable token callers can match on (DECISIONS 14)."""
+
+
+class ExportError(ValueError):
+    """Base of every error this library raises on purpose."""
+
+
+class BadJsonlError(ExportError):
+    """A JSONL line could not be read; the message names ``path:line``."""
+
+    def __init__(self, path, line, reason):
+        self.path = str(path)
+        self.line = line
+        super().__init__(
+            f"bad_jsonl: {path}:{line}: {reason}. Fix or remove that line "
+            "(each line must be one JSON object, UTF-8 encoded)."
+        )
+
+
+class OutputIsSourceError(ExportError):
+    """The output path names the file being read (DECISIONS 4)."""
+
+
+class SchemaInvalidError(ExportError):
+    """Rows that no trainer can read (``schema_invalid in <where>: ...``); raised whatever ``validate`` says."""
+
+
+class GateError(ExportError):
+    """A data gate refused the export; ``report`` is the full export report."""
+
+    def __init__(self, message, report):
+        super().__init__(message)
+        self.report = report
+
+
+class RoundtripInvalidError(GateError):
+    """Tool-call arguments do not parse back to an object (``tool_call_roundtrip_invalid:``)."""
+
+
+class PrivilegedLeakError(GateError):
+    """An assistant turn quotes its own privileged context (``privileged_leak:``)."""
+
+
+class NoPreferencePairsError(ExportError):
+    """Nothing had both a chosen and a rejected side (``no_preference_pairs:``)."""

@@ -1,0 +1,241 @@
+"""The two data gates (tool-call round-trip, privileged leak) and the metadata scrub.
+
+Both gates are built as accumulators (``add`` one row at a time, ``report()`` at the end) so the
+exporters can run them inside their single streaming pass; the list functions wrap them.
+"""
+
+from .conversation import conversation
+from .text import normalize, text
+from .wire import arguments_are_structured
+
+ENCODINGS = {"openai": "json_string", "trl": "dict"}
+CHECKED_FOR = {
+    "json_string": "arguments parse back to a dict from their JSON string (OpenAI wire). "
+    "A chat-template trainer needs dicts: export format='trl' for that.",
+    "dict": "arguments are dicts, as HF chat templates render them (| tojson).",
+}
+ROUNDTRIP_ROWS_CAP = 20
+LEAK_MIN_QUOTE_CHARS = 12
+LEAK_ROWS_CAP = 20
+LEAK_NEEDLE_CAP = 80
+LEAK_FIELDS = ("reference", "principle", "hidden_state")
+BLOCKED_KEYS = frozenset({"privileged", "principle", "hidden_state", "reference", "rubric", "vector"})
+FORMATS = ("openai", "trl")
+
+
+def check_format(format):
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS!r}, got {format!r}")
+
+
+# ---------------------------------------------------------------- scrub
+
+def scrub(value):
+    """Remove blocked keys at any depth (DECISIONS 8). Untouched containers keep their identity."""
+    if isinstance(value, dict):
+        out = None
+        for key, item in value.items():
+            if key in BLOCKED_KEYS:
+                if out is None:
+                    out = {k: v for k, v in value.items()}
+                del out[key]
+                continue
+            new = scrub(item)
+            if new is not item:
+                if out is None:
+                    out = {k: v for k, v in value.items()}
+                out[key] = new
+        return value if out is None else out
+    if isinstance(value, (list, tuple)):
+        new_items = [scrub(item) for item in value]
+        if all(a is b for a, b in zip(new_items, value)):
+            return value
+        return type(value)(new_items) if isinstance(value, tuple) else new_items
+    return value
+
+
+# ---------------------------------------------------------------- round-trip gate
+
+class RoundtripGate:
+    """Counts tool calls whose arguments do not parse back to an object for the chosen format."""
+
+    def __init__(self, format="openai"):
+        check_format(format)
+        self.encoding = ENCODINGS[format]
+        self.checked = 0
+        self.invalid = 0
+        self.rows = []
+
+    def add(self, index, messages):
+        bad = False
+        for message in messages or ():
+            if not isinstance(message, dict):
+                continue
+            for call in message.get("tool_calls") or ():
+                self.checked += 1
+                fn = call.get("function") if isinstance(call, dict) else None
+                arguments = fn.get("arguments") if isinstance(fn, dict) else None
+                if not arguments_are_structured(arguments, self.encoding):
+                    self.invalid += 1
+                    bad = True
+        if bad and len(self.rows) < ROUNDTRIP_ROWS_CAP:
+            self.rows.append(index)
+
+    def report(self):
+        return {
+            "checked": self.checked,
+            "invalid": self.invalid,
+            "rows": list(self.rows),
+            "encoding": self.encoding,
+            "checked_for": CHECKED_FOR[self.encoding],
+        }
+
+
+def row_conversation_messages(row):
+    """The messages a gate reads from an exported row: ``messages``, or ``prompt`` + ``completion``."""
+    if "messages" in row:
+        return row.get("messages")
+    prompt, completion = row.get("prompt"), row.get("completion")
+    if isinstance(prompt, list) or isinstance(completion, list):
+        return list(prompt or []) + list(completion or [])
+    return None
+
+
+def tool_call_roundtrip(rows, *, format="openai"):
+    """Spec 4.2: do the tool-call arguments of these rows parse back to objects?"""
+    gate = RoundtripGate(format)
+    for i, row in enumerate(rows):
+        if isinstance(row, dict):
+            gate.add(i, row_conversation_messages(row))
+    return gate.report()
+
+
+# ---------------------------------------------------------------- leak gate
+
+def leak_needles(row, min_len=LEAK_MIN_QUOTE_CHARS):
+    """(field path, normalized text) of every privileged string long enough to be a quote."""
+    privileged = row.get("privileged")
+    if not isinstance(privileged, dict):
+        return []
+    needles = []
+
+    def walk(value, path):
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, f"{path}.{key}")
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item, path)
+        elif isinstance(value, str):
+            needle = normalize(value)
+            if len(needle) >= min_len:
+                needles.append((path, needle))
+
+    for field in LEAK_FIELDS:
+        value = privileged.get(field)
+        if value:
+            walk(value, field)
+    return needles
+
+
+def leak_haystack(row) -> str:
+    """What the trainer would imitate: final_text and every assistant turn, opener included."""
+    parts = [text(row.get("final_text") or "")]
+    messages = row.get("messages")
+    if not (isinstance(messages, list) and messages):
+        messages = conversation(row)
+    for message in messages:
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            content = message.get("content")
+            if isinstance(content, str):
+                parts.append(content)
+    return normalize("\n".join(p for p in parts if p).lower())
+
+
+def leak_verdict(row, min_len=LEAK_MIN_QUOTE_CHARS):
+    """None when the row carries nothing to check, else (field, needle) of its first quote or False."""
+    needles = leak_needles(row, min_len)
+    if not needles:
+        return None
+    haystack = leak_haystack(row)
+    for field, needle in needles:
+        if needle in haystack:
+            return field, needle
+    return False
+
+
+class LeakGate:
+    """Counts rows whose assistant turns quote their own privileged context (spec 6)."""
+
+    def __init__(self, min_len=LEAK_MIN_QUOTE_CHARS):
+        self.min_len = min_len
+        self.n_rows = 0
+        self.n_checked = 0
+        self.n_leaked = 0
+        self.leaked = []
+        self.uncheckable_exported = False
+
+    def add(self, row):
+        if not isinstance(row, dict):
+            return None
+        self.n_rows += 1
+        verdict = leak_verdict(row, self.min_len)
+        if verdict is None:
+            if "scenario_id" in row:
+                self.uncheckable_exported = True
+            return None
+        self.n_checked += 1
+        if verdict:
+            self.n_leaked += 1
+            if len(self.leaked) < LEAK_ROWS_CAP:
+                field, needle = verdict
+                self.leaked.append({
+                    "scenario_id": row.get("scenario_id"),
+                    "rollout_index": row.get("rollout_index"),
+                    "field": field,
+                    "needle": needle[:LEAK_NEEDLE_CAP],
+                })
+        return verdict
+
+    @property
+    def rate(self):
+        return round(self.n_leaked / self.n_checked, 4) if self.n_checked else 0.0
+
+    def summary(self):
+        if not self.n_checked:
+            text_ = (f"checked 0 of {self.n_rows} rows: none carried privileged context, "
+                     "so this says nothing about leaks")
+            if self.uncheckable_exported:
+                text_ += (". These came through the export (rows(), save(), push()), which scrubs "
+                          "privileged at any depth -- pass data.trajectories, which keeps it")
+            return text_
+        if not self.n_leaked:
+            return f"checked {self.n_checked} of {self.n_rows} rows: no reply quoted its privileged context"
+        return (f"checked {self.n_checked} of {self.n_rows} rows: {self.n_leaked} quoted "
+                f"privileged context ({self.rate:.0%})")
+
+    def report(self):
+        return {
+            "n_rows": self.n_rows,
+            "n_checked": self.n_checked,
+            "n_leaked": self.n_leaked,
+            "rate": self.rate,
+            "checked": self.n_checked > 0,
+            "leaked": list(self.leaked),
+            "summary": self.summary(),
+        }
+
+    def export_report(self):
+        """The subset an export report carries (spec 5.5)."""
+        full = self.report()
+        return {k: full[k] for k in ("checked", "n_checked", "n_leaked", "leaked", "summary")}
+
+
+def leak_report(rows, *, min_len=LEAK_MIN_QUOTE_CHARS):
+    """Spec 6: which rows quote their own privileged block in an assistant turn."""
+    if hasattr(rows, "trajectories") and not isinstance(rows, (list, tuple)):
+        rows = rows.trajectories
+    gate = LeakGate(min_len)
+    for row in rows:
+        gate.add(row)
+    return gate.report()

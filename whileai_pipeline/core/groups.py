@@ -1,0 +1,120 @@
+"""Group stamping: rollouts of one task get shared reward statistics (spec 3.11).
+
+Kept as per-row summaries (a group index and a float per row) so a streaming export can stamp
+groups after one pass without holding rows.
+"""
+
+import array
+import hashlib
+import math
+
+from .text import text
+
+PASS_THRESHOLD = 0.5
+GROUP_FIELDS = ("group_id", "k", "n0", "n1", "reward_mean", "reward_std")
+
+
+def numeric_reward(value):
+    """float(reward), or None for None, bools, NaN and values float() refuses."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return None if math.isnan(number) else number
+
+
+def task_key(row) -> str:
+    return text(row.get("scenario_id") or row.get("task_id") or row.get("prompt") or "")
+
+
+class GroupStats:
+    """Accumulates (group, reward) per row; ``fields(i)`` gives row i's group fields or None."""
+
+    def __init__(self):
+        self._index = {}
+        self._ids = []
+        self._row_group = array.array("q")
+        self._row_reward = array.array("d")
+        self._counts = []
+        self._fields = None
+
+    def add(self, row) -> int:
+        """Record one row; returns its group index (-1 for rows with no task key)."""
+        key = task_key(row)
+        g = -1
+        if not key:
+            self._row_group.append(-1)
+        else:
+            digest = hashlib.sha1(key.encode("utf-8", "surrogatepass")).digest()
+            g = self._index.get(digest)
+            if g is None:
+                g = self._index[digest] = len(self._ids)
+                self._ids.append(digest.hex()[:12])
+                self._counts.append(0)
+            self._counts[g] += 1
+            self._row_group.append(g)
+        reward = numeric_reward(row.get("reward"))
+        self._row_reward.append(math.nan if reward is None else reward)
+        return g
+
+    @property
+    def active(self) -> bool:
+        """Groups are stamped only when some task key repeats."""
+        return any(c > 1 for c in self._counts)
+
+    @property
+    def n_groups(self) -> int:
+        return len(self._ids) if self.active else 0
+
+    def finish(self) -> list:
+        """Per-group field dicts (computed once, in row order, as the reference sums them)."""
+        if self._fields is not None:
+            return self._fields
+        n = len(self._ids)
+        sums, counts, n0, n1 = [0.0] * n, [0] * n, [0] * n, [0] * n
+        for g, r in zip(self._row_group, self._row_reward):
+            if g < 0 or math.isnan(r):
+                continue
+            sums[g] += r
+            counts[g] += 1
+            if r < PASS_THRESHOLD:
+                n0[g] += 1
+            elif r > PASS_THRESHOLD:
+                n1[g] += 1
+        means = [sums[g] / counts[g] if counts[g] else None for g in range(n)]
+        sq = [0.0] * n
+        for g, r in zip(self._row_group, self._row_reward):
+            if g >= 0 and not math.isnan(r):
+                sq[g] += (r - means[g]) ** 2
+        self._fields = [
+            {
+                "group_id": self._ids[g],
+                "k": self._counts[g],
+                "n0": n0[g],
+                "n1": n1[g],
+                "reward_mean": means[g],
+                "reward_std": math.sqrt(sq[g] / counts[g]) if counts[g] else None,
+            }
+            for g in range(n)
+        ]
+        return self._fields
+
+    def row_group(self, i) -> int:
+        return self._row_group[i]
+
+
+def stamp_groups(rows) -> int:
+    """Stamp group fields onto a list of training rows in place; returns the number of groups."""
+    stats = GroupStats()
+    for row in rows:
+        stats.add(row)
+    if not stats.active:
+        return 0
+    fields = stats.finish()
+    for i, row in enumerate(rows):
+        g = stats.row_group(i)
+        if g >= 0:
+            row.update(fields[g])
+    return stats.n_groups

@@ -1,0 +1,176 @@
+"""JSONL on disk: streaming reads with file:line errors, atomic writes, hashing.
+
+Every file this project writes goes through ``atomic_file``: bytes land in a temporary file in the
+destination's directory and are renamed over the destination only when complete, so a reader (or a
+crash) never sees half a file.
+"""
+
+import contextlib
+import datetime
+import hashlib
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import orjson
+
+from .errors import BadJsonlError
+
+_BOM = b"\xef\xbb\xbf"
+_DUMP_OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+TMP_SUFFIX = ".tmp"
+
+
+def _default(value):
+    """The one conversion for values JSON has no type for (DECISIONS 1).
+
+    Sets become sorted lists (insertion order when unsortable), bytes become UTF-8 text
+    (replacement characters for invalid bytes), dates are ISO 8601, anything else is ``str(value)``.
+    """
+    if isinstance(value, (set, frozenset)):
+        try:
+            return sorted(value)
+        except TypeError:
+            return list(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    return str(value)
+
+
+def dumps(value) -> bytes:
+    """Compact UTF-8 JSON; non-finite floats become ``null`` (DECISIONS 1)."""
+    try:
+        return orjson.dumps(value, default=_default, option=_DUMP_OPTS)
+    except orjson.JSONEncodeError:
+        # orjson refuses integers beyond 64 bits and some exotic keys: fall back to a cleaned copy.
+        return orjson.dumps(_plain(value), default=_default, option=_DUMP_OPTS)
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def dumps_line(value) -> bytes:
+    return dumps(value) + b"\n"
+
+
+def read_jsonl(path):
+    """Yield each JSON value of a JSONL file; blank lines are skipped (DECISIONS 7).
+
+    Reads line by line, so memory does not grow with the file. A line that is not valid UTF-8 JSON
+    raises ``BadJsonlError`` naming the file and the 1-based line number.
+    """
+    for _, value in iter_jsonl(path):
+        yield value
+
+
+def iter_jsonl(path, hasher=None):
+    """Like ``read_jsonl`` but yields ``(line_number, value)``; ``hasher`` sees every byte read."""
+    path = Path(path)
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such run file: {path} (check the path, or pass rows instead)") from None
+    with fh:
+        for lineno, line in enumerate(fh, 1):
+            if hasher is not None:
+                hasher.update(line)
+            if lineno == 1 and line.startswith(_BOM):
+                line = line[len(_BOM):]
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield lineno, orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise BadJsonlError(path, lineno, _reason(exc, line)) from None
+
+
+def _reason(exc, line):
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as uexc:
+        return f"invalid UTF-8 at byte {uexc.start}"
+    msg = str(exc)
+    if len(line) > 200:
+        msg += f" (line is {len(line)} bytes)"
+    return msg
+
+
+def sha256_file(path, chunk=1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_file(dest):
+    """Open a temporary file beside ``dest`` for binary writing; rename it onto ``dest`` on success.
+
+    On any exception the temporary file is removed and ``dest`` is untouched. The data is fsynced
+    before the rename so a crash leaves either the old file or the complete new one.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=TMP_SUFFIX, dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb", buffering=1 << 20) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(dest.parent)
+
+
+def _fsync_dir(directory):
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_jsonl(dest, rows) -> int:
+    """Write rows atomically, one compact JSON object a line; returns the number of rows."""
+    n = 0
+    with atomic_file(dest) as fh:
+        for row in rows:
+            fh.write(dumps_line(row))
+            n += 1
+    return n
+
+
+def write_json(dest, value, *, indent=True) -> None:
+    """Write one JSON document atomically (reports, sidecars)."""
+    opts = _DUMP_OPTS | (orjson.OPT_INDENT_2 if indent else 0)
+    with atomic_file(dest) as fh:
+        fh.write(orjson.dumps(value, default=_default, option=opts) + b"\n")
+
+
+def read_json(path):
+    """Read one JSON document; a broken file is a ``BadJsonlError`` naming it (line 1)."""
+    data = Path(path).read_bytes()
+    if data.startswith(_BOM):
+        data = data[len(_BOM):]
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise BadJsonlError(path, 1, str(exc)) from None

@@ -1,0 +1,357 @@
+"""Preference pairs from scored rollouts (spec 8.2, 8.4) and a pairwise judge over them (8.5).
+
+Pair selection works on per-row summaries (score, prompt key, reply length, first-turn digest), so
+the same plan can be made over a file without holding its rows; ``build_preference_pairs`` then
+attaches the rows the plan names.
+"""
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+
+from .conversation import conversation
+from .text import normalize, text
+
+MIN_MARGIN_ERROR = "min_margin must be positive; equal scores carry no preference"
+POSITION_FLIP_FLAG = 0.2
+PREFERS_REJECTED_FLAG = 0.2
+PROMPT_CUT, ERROR_CUT = 160, 200
+LENGTH_CONFOUND_MIN_PAIRS, LENGTH_CONFOUND_SHARE, LENGTH_CONFOUND_ALL_FROM = 8, 0.75, 3
+
+
+def length_note(c, n):
+    if (n >= LENGTH_CONFOUND_MIN_PAIRS and c / n >= LENGTH_CONFOUND_SHARE) or (n >= LENGTH_CONFOUND_ALL_FROM and c == n):
+        return (f"chosen is the longer reply in {c}/{n} pairs; a preference trainer learns length before "
+                "behavior (Lambert 2025, chapter Direct Alignment)")
+    return None
+
+
+def first_turn_note(identical, n):
+    return (
+        f"{identical}/{n} pairs have identical first assistant turns (same opening tool call or line); their "
+        "contrast is later in the rollout. The hosted DPO trainer compares first turns only and will drop them, "
+        f"leaving {n - identical} (it needs at least 8). Keep [p for p in pairs if p['first_turn_differs']] to see "
+        "what it will train on, or export_preference(pairs) for a trainer that reads whole conversations."
+    )
+
+
+# ---------------------------------------------------------------- row summaries
+
+def score(row):
+    """A reward usable for ranking: a real number in [0, 1] (bools, NaN, strings, None excluded)."""
+    reward = row.get("reward")
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        return None
+    value = float(reward)
+    if math.isnan(value) or not 0.0 <= value <= 1.0:
+        return None
+    return value
+
+
+def reply_length(row) -> int:
+    """Characters the agent said: assistant turns plus a final_text that is not already the last turn."""
+    messages = row.get("messages")
+    if not (isinstance(messages, list) and messages):
+        messages = conversation(row)
+    total = 0
+    last = None
+    for message in messages:
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            last = text(message.get("content") or "")
+            total += len(last)
+    final = text(row.get("final_text") or "")
+    if final and final != last:
+        total += len(final)
+    return total
+
+
+def first_turn(row) -> str:
+    """The agent's opening move: its first tool call (canonical JSON) or first line it said."""
+    steps = row.get("steps")
+    steps = steps if isinstance(steps, (list, tuple)) else ()
+    for step in steps:
+        if isinstance(step, dict) and step.get("tool"):
+            arguments = step.get("arguments")
+            if arguments is None:
+                arguments = step.get("args")
+            return json.dumps({"name": step.get("tool"), "arguments": arguments or {}}, sort_keys=True, default=str)
+    for step in steps:
+        if isinstance(step, dict) and text(step.get("text") or "").strip():
+            return text(step.get("text")).strip()
+    messages = row.get("messages")
+    if isinstance(messages, list):
+        for message in messages:
+            if isinstance(message, dict) and message.get("role") == "assistant":
+                content = text(message.get("content") or "").strip()
+                if content:
+                    return content
+    return text(row.get("final_text") or "").strip()
+
+
+@dataclass(frozen=True)
+class RowSummary:
+    """What pair selection needs from one row."""
+
+    index: int
+    key: str
+    score: float
+    length: int
+    first_turn: bytes
+    model: str | None
+    eval_sourced: bool
+
+
+def summarize(index, row):
+    """A RowSummary for an eligible row, else None (non-ok judge status, no valid score, no prompt)."""
+    if not isinstance(row, dict) or row.get("judge_status", "ok") != "ok":
+        return None
+    value = score(row)
+    if value is None:
+        return None
+    key = normalize(text(row.get("prompt") or ""))
+    if not key:
+        return None
+    model = row.get("model_version")
+    lineage = row.get("lineage")
+    return RowSummary(
+        index=index,
+        key=key,
+        score=value,
+        length=reply_length(row),
+        first_turn=hashlib.sha1(first_turn(row).encode("utf-8", "surrogatepass")).digest(),
+        model=text(model) if model else None,
+        eval_sourced=isinstance(lineage, dict) and lineage.get("source") == "eval",
+    )
+
+
+# ---------------------------------------------------------------- selection
+
+def plan_pairs(summaries, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True):
+    """Greedy pairing within each prompt group; returns ([(chosen, rejected), ...], prompts_seen, with_contrast)."""
+    if min_margin <= 0:
+        raise ValueError(MIN_MARGIN_ERROR)
+    groups = {}
+    for summary in summaries:
+        if summary is not None:
+            groups.setdefault(summary.key, []).append(summary)
+    plan = []
+    with_contrast = 0
+    for members in groups.values():
+        ranked = sorted(members, key=lambda s: -s.score)
+        used = set()
+        made = 0
+        for c in ranked:
+            if made >= max_pairs_per_prompt:
+                break
+            if c.index in used:
+                continue
+            candidates = [r for r in ranked if r.index not in used and r is not c and c.score - r.score >= min_margin]
+            if not candidates:
+                continue
+            if length_match:
+                r = min(candidates, key=lambda s: abs(s.length - c.length))
+            else:
+                r = candidates[0]
+            used.update((c.index, r.index))
+            plan.append((c, r))
+            made += 1
+        with_contrast += made > 0
+    return plan, len(groups), with_contrast
+
+
+def pair_fields(c, r, chosen, rejected):
+    """The pair record, in the spec's key order."""
+    same = c.model == r.model if c.model and r.model else None
+    return {
+        "prompt": chosen.get("prompt"),
+        "chosen": chosen,
+        "rejected": rejected,
+        "chosen_score": c.score,
+        "rejected_score": r.score,
+        "margin": round(c.score - r.score, 6),
+        "chosen_model": c.model,
+        "rejected_model": r.model,
+        "same_policy": same,
+        "length_delta": c.length - r.length,
+        "first_turn_differs": c.first_turn != r.first_turn,
+        "chosen_reason": text(chosen.get("reason") or ""),
+        "rejected_reason": text(rejected.get("reason") or ""),
+        "rejected_failure_class": rejected.get("failure_class"),
+        "lineage": {"chosen": chosen.get("lineage"), "rejected": rejected.get("lineage")},
+    }
+
+
+def pairs_report(plan, prompts_seen, with_contrast, min_margin):
+    """Spec 8.2's report over a plan of (chosen, rejected) summaries."""
+    n = len(plan)
+    margins = [round(c.score - r.score, 6) for c, r in plan]
+    deltas = [c.length - r.length for c, r in plan]
+    identical = sum(c.first_turn == r.first_turn for c, r in plan)
+    same = sum(1 for c, r in plan if c.model and r.model and c.model == r.model)
+    mixed = sum(1 for c, r in plan if c.model and r.model and c.model != r.model)
+    eval_sourced = sum(1 for c, r in plan if c.eval_sourced or r.eval_sourced)
+    chosen_longer = sum(d > 0 for d in deltas)
+    warnings = []
+    if deltas:
+        note = length_note(chosen_longer, len(deltas))
+        if note:
+            warnings.append(note)
+    if identical:
+        warnings.append(first_turn_note(identical, n))
+    if mixed:
+        warnings.append(f"{mixed}/{n} pairs mix policies (chosen and rejected from different models); on-policy "
+                        "pairs train better (Lambert 2025, chapter Preference Data)")
+    if eval_sourced:
+        warnings.append(f"{eval_sourced} pair(s) carry rewards from evaluate() (lineage.source == 'eval'); training "
+                        "on them turns the held-out scorer into the reward model")
+    return {
+        "pairs": n,
+        "prompts_seen": prompts_seen,
+        "prompts_with_contrast": with_contrast,
+        "min_margin": min_margin,
+        "mean_margin": round(sum(margins) / n, 4) if n else None,
+        "partial_score_pairs": sum(1 for c, r in plan if c.score not in (0.0, 1.0) or r.score not in (0.0, 1.0)),
+        "first_turn_identical": identical,
+        "trainer_pairs": n - identical,
+        "same_policy_pairs": same,
+        "mixed_policy_pairs": mixed,
+        "eval_sourced": eval_sourced,
+        "length": {
+            "median_delta": sorted(deltas)[n // 2] if n else None,
+            "chosen_longer": chosen_longer,
+            "chosen_longer_frac": round(chosen_longer / n, 3) if n else None,
+        },
+        "warnings": warnings,
+        "note": "" if n else (
+            f"pairs require the same prompt to have two rollouts whose rewards differ by at least {min_margin}; "
+            "raise rollouts_per_request to create contrast"),
+    }
+
+
+def build_preference_pairs(rows, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True):
+    """Spec 8.2: (pairs, report). Each pair holds the chosen and rejected rows themselves."""
+    if min_margin <= 0:
+        raise ValueError(MIN_MARGIN_ERROR)
+    rows = list(rows)
+    plan, seen, contrast = plan_pairs((summarize(i, row) for i, row in enumerate(rows)),
+                                      max_pairs_per_prompt=max_pairs_per_prompt, min_margin=min_margin,
+                                      length_match=length_match)
+    pairs = [pair_fields(c, r, rows[c.index], rows[r.index]) for c, r in plan]
+    return pairs, pairs_report(plan, seen, contrast, min_margin)
+
+
+# ---------------------------------------------------------------- pairwise judge
+
+_WINNER = re.compile(r"winner\W*(a|b|tie)\b", re.IGNORECASE)
+
+
+def parse_verdict(answer):
+    """(winner "A" | "B" | "tie" | None, reason) from whatever the judge returned."""
+    if isinstance(answer, dict):
+        winner = answer.get("winner")
+        winner = winner.lower() if isinstance(winner, str) else None
+        reason = answer.get("reason")
+        return {"a": "A", "b": "B", "tie": "tie"}.get(winner), reason
+    if isinstance(answer, str):
+        start, end = answer.find("{"), answer.rfind("}")
+        if 0 <= start < end:
+            try:
+                parsed = json.loads(answer[start:end + 1])
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, dict):
+                return parse_verdict(parsed)
+        match = _WINNER.search(answer)
+        if match:
+            return {"a": "A", "b": "B", "tie": "tie"}[match.group(1).lower()], answer
+        return None, answer
+    return None, "judge returned neither a dict nor a string"
+
+
+def _ask(judge, a, b):
+    try:
+        return parse_verdict(judge(a, b))
+    except Exception as exc:  # a crashing judge is a failed judgment, not a failed run
+        return None, f"{type(exc).__name__}: {exc}"[:ERROR_CUT]
+
+
+def _judge_name(judge):
+    return getattr(judge, "__name__", None) or type(judge).__name__
+
+
+def judge_pairs(pairs, judge=None, *, swap=True, examples=10, position_flip_flag=POSITION_FLIP_FLAG,
+                prefers_rejected_flag=PREFERS_REJECTED_FLAG, **_ignored):
+    """Ask a pairwise judge (a plain callable ``judge(a_row, b_row)``) about each pair, in both orders.
+
+    Writes ``pairwise`` and ``tie`` onto each pair in place; an answer that flips with the order is a
+    tie. Returns (pairs, report).
+    """
+    if judge is None or not callable(judge):
+        raise ValueError("judge_pairs needs a judge: a callable judge(a_row, b_row) returning "
+                         "{'winner': 'A'|'B'|'tie', 'reason': ...}; this library makes no network calls")
+    entries = [p for p in pairs if isinstance(p, dict)]
+    bad = [i for i, p in enumerate(entries) if not (isinstance(p.get("chosen"), dict) and isinstance(p.get("rejected"), dict))]
+    if bad:
+        raise ValueError(f"{len(bad)} entries are not pairs (need chosen/rejected rows); first at {bad[0]}")
+    name = _judge_name(judge)
+    judged = failed = flips = both_swapped = ties = agrees = prefers_rejected = 0
+    disagreements = []
+    for pair in entries:
+        first, reason1 = _ask(judge, pair["chosen"], pair["rejected"])
+        first = {"A": "chosen", "B": "rejected", "tie": "tie"}.get(first)
+        reasons = [reason1]
+        second = None
+        if swap:
+            second, reason2 = _ask(judge, pair["rejected"], pair["chosen"])
+            second = {"A": "rejected", "B": "chosen", "tie": "tie"}.get(second)
+            reasons.append(reason2)
+        consistent = None
+        if first is None or second is None:
+            winner = first if first is not None else second
+        else:
+            both_swapped += 1
+            consistent = first == second
+            winner = first if consistent else "tie"
+            flips += not consistent
+        pair["pairwise"] = {"winner": winner, "position_consistent": consistent, "swapped": bool(swap),
+                            "reasons": reasons, "judge": name}
+        pair["tie"] = winner == "tie"
+        if winner is None:
+            failed += 1
+            continue
+        judged += 1
+        ties += winner == "tie"
+        agrees += winner == "chosen"
+        if winner == "rejected":
+            prefers_rejected += 1
+            if len(disagreements) < examples:
+                disagreements.append({
+                    "prompt": text(pair.get("prompt") or "")[:PROMPT_CUT],
+                    "chosen_score": pair.get("chosen_score"),
+                    "rejected_score": pair.get("rejected_score"),
+                    "reasons": reasons,
+                })
+    flip_rate = round(flips / both_swapped, 4) if both_swapped else None
+    warnings = []
+    if flip_rate is not None and flip_rate >= position_flip_flag:
+        warnings.append(f"position bias: the judge changed its answer when A and B were swapped in "
+                        f"{flips}/{both_swapped} pairs; those pairs are ties, and the judge prompt needs work")
+    if judged and prefers_rejected / judged >= prefers_rejected_flag:
+        warnings.append(f"the pairwise judge prefers the rejected side in {prefers_rejected}/{judged} pairs; the "
+                        "pointwise scores and the pairwise judge disagree on what good is")
+    report = {
+        "n": len(entries),
+        "n_judged": judged,
+        "failed": failed,
+        "judge": name,
+        "swap": bool(swap),
+        "position_flip_rate": flip_rate,
+        "tie_rate": round(ties / judged, 4) if judged else None,
+        "agrees_with_scores": round(agrees / judged, 4) if judged else None,
+        "prefers_rejected": prefers_rejected,
+        "disagreements": disagreements,
+        "warnings": warnings,
+    }
+    return entries, report

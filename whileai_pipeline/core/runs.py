@@ -1,0 +1,161 @@
+"""A simulation run on disk, and every kind of export source (spec 3.2, DECISIONS 5 and 6).
+
+A run is a JSONL file of trajectories plus an optional ``<name>.meta.json`` sidecar holding the
+system prompt and tool schemas the agent ran with. Sources are resolved to one stream of rows that
+is read exactly once, so the rows exported and the rows the leak gate reads are the same rows.
+"""
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .jsonl import iter_jsonl, read_json
+from .text import text
+
+
+@dataclass
+class Profile:
+    """The agent under test, as far as export cares: its system prompt and tool schemas."""
+
+    policy: str = ""
+    tools: list = field(default_factory=list)
+    source: str = "profile"
+
+    @property
+    def system_prompt(self) -> str:
+        return self.policy
+
+
+class RunRows:
+    """The trajectories of a run file: iterable any number of times, each time streaming the file."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+
+    def __iter__(self):
+        for _, row in iter_jsonl(self.path):
+            yield row
+
+
+@dataclass
+class Run:
+    """A run on disk; has ``trajectories`` and ``profile`` like the reference's run object."""
+
+    path: Path
+    trajectories: RunRows
+    profile: Profile
+    meta_path: Path | None = None
+
+
+def sidecar_path(path) -> Path:
+    """``run.jsonl`` -> ``run.meta.json``; any other name gets ``.meta.json`` appended."""
+    path = Path(path)
+    if path.name.endswith(".jsonl"):
+        return path.with_name(path.name[: -len(".jsonl")] + ".meta.json")
+    return path.with_name(path.name + ".meta.json")
+
+
+def read_sidecar(path):
+    """(system_prompt, tools) from a run's sidecar, or (None, None) when there is none."""
+    meta = sidecar_path(path)
+    if not meta.is_file():
+        return None, None, None
+    data = read_json(meta)
+    if not isinstance(data, dict):
+        raise ValueError(f"bad_sidecar: {meta}: expected a JSON object with system_prompt and tools, "
+                         f"got {type(data).__name__}; fix or delete the sidecar")
+    tools = data.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise ValueError(f"bad_sidecar: {meta}: 'tools' must be a list of tool schemas, got "
+                         f"{type(tools).__name__}; fix or delete the sidecar")
+    system = data.get("system_prompt")
+    return (None if system is None else text(system)), tools, meta
+
+
+def load_run(path) -> Run:
+    """Open a run: its JSONL rows (streamed on each iteration) and the sidecar's prompt and tools."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such run file: {path} (pass the path of a .jsonl run)")
+    system, tools, meta = read_sidecar(path)
+    profile = Profile(policy=system or "", tools=tools or [], source="sidecar")
+    return Run(path=path, trajectories=RunRows(path), profile=profile, meta_path=meta)
+
+
+class _HashingRows:
+    """Streams a JSONL path once, hashing its bytes on the way (DECISIONS 15)."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.sha256 = hashlib.sha256()
+
+    def __iter__(self):
+        for _, row in iter_jsonl(self.path, hasher=self.sha256):
+            yield row
+
+
+@dataclass
+class Source:
+    rows: object
+    path: Path | None = None
+    system: str = ""
+    tools: list = field(default_factory=list)
+    system_source: str = "none"
+    tools_source: str = "none"
+    hashed: _HashingRows | None = None
+
+    @property
+    def sha256(self):
+        return self.hashed.sha256.hexdigest() if self.hashed is not None else None
+
+
+def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True) -> Source:
+    """Rows, system prompt and tools of any source; explicit arguments always win (DECISIONS 6)."""
+    found_system = found_tools = None
+    system_from = tools_from = "none"
+    path = None
+    hashed = None
+    if hasattr(source, "trajectories") and not isinstance(source, (list, tuple)):
+        rows = source.trajectories
+        profile = getattr(source, "profile", None)
+        origin = getattr(profile, "source", "profile")
+        if profile is not None:
+            found_system, found_tools = text(getattr(profile, "policy", "") or ""), getattr(profile, "tools", None) or []
+            system_from = tools_from = origin
+        if isinstance(source, Run):
+            path = source.path
+    elif isinstance(source, (str, Path)):
+        path = Path(source)
+        if not path.is_file():
+            raise FileNotFoundError(f"no such source file: {path} (pass a JSONL run, a run object or rows)")
+        hashed = _HashingRows(path)
+        rows = hashed
+        if sidecar:
+            found_system, found_tools, _meta = read_sidecar(path)
+            system_from = tools_from = "sidecar"
+    else:
+        rows = source
+        profile = getattr(source, "profile", None)
+        if profile is not None:
+            found_system = text(getattr(profile, "policy", "") or "")
+            found_tools = getattr(profile, "tools", None) or []
+            system_from = tools_from = "profile"
+        if getattr(source, "system_prompt", None) is not None and not callable(source.system_prompt):
+            found_system, system_from = text(source.system_prompt), "profile"
+        if isinstance(getattr(source, "tools", None), list):
+            found_tools, tools_from = source.tools, "profile"
+
+    if system_prompt is not None:
+        system, system_from = text(system_prompt), "argument"
+    else:
+        system = found_system or ""
+        if not system:
+            system_from = "none"
+    if tools is not None:
+        tool_list, tools_from = list(tools), "argument"
+    else:
+        tool_list = list(found_tools or [])
+        if not tool_list:
+            tools_from = "none"
+    return Source(rows=rows, path=path, system=system, tools=tool_list, system_source=system_from,
+                  tools_source=tools_from, hashed=hashed)

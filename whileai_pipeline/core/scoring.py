@@ -1,0 +1,219 @@
+"""Scorers: put a reward on every row before export (pure Python, no Dagster).
+
+A scorer is named by a string:
+
+* ``existing`` (the default): keep the row's own ``reward`` (and ``reason``).
+* ``reference_match``: the row's final answer against its ``privileged.reference``, both normalized
+  (Unicode NFKC, case-folded, punctuation to spaces, whitespace collapsed). Reward 1.0 when the
+  reference is the whole answer or appears in it as a run of whole words, else 0.0; a row without a
+  string reference is left ungraded (reward ``None``).
+* ``module:function``: any importable callable ``f(row) -> reward`` where the reward is a number,
+  ``None`` (ungraded) or a dict ``{"reward": ..., "reason": ...}``. The row passed in is a copy.
+
+Every scored row gets ``scorer`` (the name above) and ``label_source`` (who put the reward there:
+the row's own ``label_source`` is kept for ``existing``, otherwise the scorer's name), so a trained
+model's data can always be traced to the scorer that chose it.
+"""
+
+import importlib
+import math
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
+
+PASS_THRESHOLD = 0.5
+BUILTIN_SCORERS = ("existing", "reference_match")
+_PUNCT = re.compile(r"[^\w\s]+", re.UNICODE)
+_WS = re.compile(r"\s+")
+
+
+class ScorerError(ValueError):
+    """A scorer name that cannot be resolved, or a scorer that returned something unusable."""
+
+
+def numeric_reward(value):
+    """The reward as a float if it counts (spec 3.11: not None, not bool, float()-able, not NaN)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(out) else out
+
+
+def verdict(value) -> str:
+    """``pass`` (reward >= 0.5), ``fail`` (< 0.5) or ``ungraded``: the export report's rule (spec 5.5)."""
+    reward = numeric_reward(value)
+    if reward is None:
+        return "ungraded"
+    return "pass" if reward >= PASS_THRESHOLD else "fail"
+
+
+def normalize_answer(value) -> str:
+    text = unicodedata.normalize("NFKC", str(value)).casefold()
+    return _WS.sub(" ", _PUNCT.sub(" ", text)).strip()
+
+
+def final_answer(row) -> str:
+    """``final_text`` if non-empty, else the last assistant message's string content."""
+    final = row.get("final_text")
+    if isinstance(final, str) and final.strip():
+        return final
+    for message in reversed(row.get("messages") or []):
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            content = message.get("content")
+            if isinstance(content, str) and content.strip():
+                return content
+    return ""
+
+
+def load_callable(spec: str, what: str = "scorer") -> Callable:
+    """Import ``module:function`` (the function part may be dotted: ``pkg.mod:Class.method``)."""
+    if not isinstance(spec, str) or spec.count(":") != 1:
+        raise ScorerError(f"{what} must be 'module:function', got {spec!r}")
+    module_name, attr = spec.split(":")
+    if not module_name or not attr:
+        raise ScorerError(f"{what} must be 'module:function', got {spec!r}")
+    try:
+        obj = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ScorerError(f"{what} {spec!r}: cannot import {module_name!r}: {exc}") from exc
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ScorerError(f"{what} {spec!r}: {module_name!r} has no attribute {attr!r}") from None
+    if not callable(obj):
+        raise ScorerError(f"{what} {spec!r} is not callable")
+    return obj
+
+
+def _existing(row):
+    return row.get("reward"), None
+
+
+def _reference_match(row):
+    privileged = row.get("privileged")
+    reference = privileged.get("reference") if isinstance(privileged, dict) else None
+    if not isinstance(reference, str) or not normalize_answer(reference):
+        return None, "reference_match: no privileged reference on this row"
+    ref = normalize_answer(reference)
+    answer = normalize_answer(final_answer(row))
+    if answer == ref:
+        return 1.0, "reference_match: the final answer equals the reference"
+    if answer and f" {ref} " in f" {answer} ":
+        return 1.0, "reference_match: the final answer contains the reference"
+    return 0.0, "reference_match: the final answer does not contain the reference"
+
+
+def _wrap_callable(fn, name):
+    def score(row):
+        result = fn(dict(row))
+        reason = None
+        if isinstance(result, dict):
+            if "reward" not in result:
+                raise ScorerError(f"scorer {name} returned a dict without 'reward': {sorted(result)!r}")
+            reason = result.get("reason")
+            result = result["reward"]
+        if result is not None and (isinstance(result, bool) or not isinstance(result, (int, float))):
+            raise ScorerError(f"scorer {name} returned {type(result).__name__} {result!r}; "
+                              "expected a number, None or {'reward': ..., 'reason': ...}")
+        return result, (None if reason is None else str(reason))
+    return score
+
+
+@dataclass(frozen=True)
+class Scorer:
+    name: str
+    fn: Callable
+
+    def score_row(self, row: dict) -> dict:
+        """A copy of ``row`` with the reward, reason, ``scorer`` and ``label_source`` set."""
+        reward, reason = self.fn(row)
+        out = dict(row)
+        if self.name != "existing":
+            out["reward"] = reward
+            if reason:
+                out["reason"] = reason
+        if self.name != "existing" or not out.get("label_source"):
+            out["label_source"] = self.name
+        out["scorer"] = self.name
+        return out
+
+    def score_rows(self, rows: Iterable) -> Iterator:
+        for row in rows:
+            yield self.score_row(row) if isinstance(row, dict) else row
+
+
+def resolve_scorer(spec: str = "existing") -> Scorer:
+    spec = (spec or "existing").strip()
+    if spec == "existing":
+        return Scorer("existing", _existing)
+    if spec == "reference_match":
+        return Scorer("reference_match", _reference_match)
+    if ":" not in spec:
+        raise ScorerError(f"scorer must be one of {BUILTIN_SCORERS} or 'module:function', got {spec!r}")
+    return Scorer(spec, _wrap_callable(load_callable(spec), spec))
+
+
+class ScoreStats:
+    """Running tallies over scored rows: verdict counts, mean reward, histogram, per-group rates."""
+
+    BINS = 10
+
+    def __init__(self):
+        self.n = 0
+        self.counts = {"pass": 0, "fail": 0, "ungraded": 0}
+        self.total = 0.0
+        self.graded = 0
+        self.histogram = [0] * self.BINS
+        self.out_of_range = 0
+        self.groups = {}
+
+    def add(self, row):
+        if not isinstance(row, dict):
+            return
+        self.n += 1
+        v = verdict(row.get("reward"))
+        self.counts[v] += 1
+        reward = numeric_reward(row.get("reward"))
+        if reward is not None and math.isfinite(reward):
+            self.total += reward
+            self.graded += 1
+            if 0.0 <= reward <= 1.0:
+                self.histogram[min(int(reward * self.BINS), self.BINS - 1)] += 1
+            else:
+                self.out_of_range += 1
+        key = str(row.get("scenario_id") or row.get("task_id") or row.get("prompt") or "")
+        group = self.groups.setdefault(key, {"pass": 0, "fail": 0, "ungraded": 0})
+        group[v] += 1
+
+    @property
+    def mean_reward(self):
+        return round(self.total / self.graded, 4) if self.graded else None
+
+    def histogram_markdown(self) -> str:
+        peak = max(self.histogram + [1])
+        lines = ["| reward | rows | |", "|---|---:|---|"]
+        for i, count in enumerate(self.histogram):
+            lo, hi = i / self.BINS, (i + 1) / self.BINS
+            label = f"[{lo:.1f}, {hi:.1f}{']' if i == self.BINS - 1 else ')'}"
+            lines.append(f"| {label} | {count} | {'#' * round(20 * count / peak)} |")
+        if self.out_of_range:
+            lines.append(f"| outside [0, 1] | {self.out_of_range} | |")
+        lines.append(f"| ungraded | {self.counts['ungraded']} | |")
+        return "\n".join(lines)
+
+    def groups_markdown(self, limit: int = 50) -> str:
+        lines = ["| group | rollouts | pass | fail | ungraded | pass rate |", "|---|---:|---:|---:|---:|---:|"]
+        for key, g in list(self.groups.items())[:limit]:
+            graded = g["pass"] + g["fail"]
+            rate = f"{g['pass'] / graded:.0%}" if graded else "-"
+            label = (key[:60] + "...") if len(key) > 60 else key
+            label = label.replace("|", "\\|").replace("\n", " ") or "(no key)"
+            lines.append(f"| {label} | {sum(g.values())} | {g['pass']} | {g['fail']} | {g['ungraded']} | {rate} |")
+        if len(self.groups) > limit:
+            lines.append(f"| ... {len(self.groups) - limit} more groups | | | | | |")
+        return "\n".join(lines)

@@ -1,0 +1,121 @@
+"""Rows in the shapes TRL loads (spec 4.1, DECISIONS 16).
+
+Chat templates render tool-call arguments with ``| tojson``, so TRL rows carry arguments as
+objects, not JSON strings. TRL's SFTTrainer reads no per-message mask: a row restricted to one turn
+must be a prompt/completion row.
+"""
+
+from .wire import decode_arguments
+
+KINDS = ("training", "preference", "completion")
+
+TRL_LOSS_MESSAGES = (
+    "TRL trains every token of these conversational `messages` rows unless SFTConfig("
+    "assistant_only_loss=True), which trains the assistant turns (trained_messages counts those)."
+)
+TRL_LOSS_COMPLETION = (
+    "TRL trains only the `completion` of these prompt/completion rows (the chosen assistant turn and "
+    "anything after it); the `prompt` is context only."
+)
+
+
+def trl_messages(messages):
+    """Copy messages with tool-call arguments decoded to the objects the JSON strings held."""
+    out = []
+    for message in messages or ():
+        if not isinstance(message, dict):
+            continue
+        message = dict(message)
+        calls = message.get("tool_calls")
+        if calls:
+            new_calls = []
+            for call in calls:
+                call = dict(call) if isinstance(call, dict) else {}
+                fn = call.get("function")
+                if fn and not isinstance(fn, dict):
+                    raise ValueError(
+                        f"tool call function must be an object, got {type(fn).__name__}: {fn!r:.80}; "
+                        "export rows built by training_rows() or fix the tool_calls"
+                    )
+                fn = dict(fn or {})
+                fn["arguments"] = decode_arguments(fn.get("arguments"))
+                call["function"] = fn
+                new_calls.append(call)
+            message["tool_calls"] = new_calls
+        out.append(message)
+    return out
+
+
+def _move_prompt_text(row, out):
+    prompt = row.get("prompt")
+    if isinstance(prompt, str) and prompt:
+        out["prompt_text"] = prompt
+
+
+def trl_training_row(row):
+    """A conversational ``messages`` row; the raw prompt text moves to ``prompt_text``, no loss_mask."""
+    out = {}
+    for key, value in row.items():
+        if key == "messages":
+            out[key] = trl_messages(value)
+        elif key not in ("prompt", "loss_mask"):
+            out[key] = value
+    _move_prompt_text(row, out)
+    return out
+
+
+def last_assistant_index(messages) -> int:
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "assistant":
+            return i
+    return -1
+
+
+def trl_completion_row(row):
+    """A conversational prompt/completion row split at the last assistant turn, or None."""
+    messages = trl_messages(row.get("messages"))
+    cut = last_assistant_index(messages)
+    if cut < 1:
+        return None
+    out = {"prompt": messages[:cut], "completion": messages[cut:]}
+    for key, value in row.items():
+        if key not in ("messages", "prompt", "loss_mask"):
+            out[key] = value
+    _move_prompt_text(row, out)
+    return out
+
+
+def first_assistant_index(messages) -> int:
+    for i, message in enumerate(messages):
+        if message.get("role") == "assistant":
+            return i
+    return -1
+
+
+def trl_preference_row(row):
+    """Prompt = chosen side up to its first assistant turn; sides = the remainders (spec 4.1)."""
+    chosen = trl_messages(row.get("chosen"))
+    rejected = trl_messages(row.get("rejected"))
+    ci, ri = first_assistant_index(chosen), first_assistant_index(rejected)
+    if ci < 1 or ri < 1:
+        return None
+    out = dict(row)
+    out["prompt"] = chosen[:ci]
+    out["chosen"] = chosen[ci:]
+    out["rejected"] = rejected[ri:]
+    return out
+
+
+def to_trl(rows, kind="training"):
+    """Reshape exported rows for TRL; ``kind`` is training, completion or preference."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be 'training' or 'preference', got {kind!r}")
+    convert = {"training": trl_training_row, "completion": trl_completion_row,
+               "preference": trl_preference_row}[kind]
+    out = []
+    for row in rows:
+        if isinstance(row, dict):
+            new = convert(row)
+            if new is not None:
+                out.append(new)
+    return out

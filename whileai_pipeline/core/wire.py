@@ -1,0 +1,189 @@
+"""Chat-completions wire messages: roles, tool-call ids, argument encoding, think stripping, cuts.
+
+``to_wire`` is the one message conversion every exporter uses (spec 3.4 with DECISIONS 2, 3, 9, 10).
+"""
+
+import math
+import re
+from collections import deque
+
+import orjson
+
+from .jsonl import dumps
+from .text import pyjson, text
+
+DECODE_PASSES = 3
+_THINK = re.compile(r"<think>.*?</think>\s*", re.IGNORECASE | re.DOTALL)
+
+
+# ---------------------------------------------------------------- arguments
+
+def strict_loads(value: str):
+    """RFC 8259 JSON (DECISIONS 3): ``NaN``/``Infinity`` are not JSON."""
+    return orjson.loads(value)
+
+
+def decode_arguments(raw):
+    """Unwrap string-encoded JSON up to three times; stop at the first text that is not JSON."""
+    value = raw
+    for _ in range(DECODE_PASSES):
+        if not isinstance(value, str):
+            break
+        try:
+            value = strict_loads(value)
+        except (orjson.JSONDecodeError, TypeError):
+            break
+    return value
+
+
+def has_nonfinite(value) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(has_nonfinite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(has_nonfinite(v) for v in value)
+    return False
+
+
+def wire_arguments(raw) -> str:
+    """The OpenAI ``function.arguments`` string: compact UTF-8 JSON (DECISIONS 2).
+
+    Text that is not JSON stays as written, so the round-trip gate can see it. Non-finite floats are
+    kept as ``NaN``/``Infinity`` tokens rather than silently turned into null: the strict gate then
+    refuses them (DECISIONS 3) instead of training on a value the agent never sent.
+    """
+    value = decode_arguments(raw)
+    if isinstance(value, str):
+        return value
+    if not value:
+        value = {}
+    if has_nonfinite(value):
+        import json
+
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return dumps(value).decode("utf-8")
+
+
+def arguments_are_structured(arguments, encoding: str) -> bool:
+    """True when the arguments parse back to a JSON object (the round-trip gate's test)."""
+    if encoding == "json_string" and isinstance(arguments, str):
+        try:
+            arguments = strict_loads(arguments)
+        except orjson.JSONDecodeError:
+            return False
+    return isinstance(arguments, dict) and not has_nonfinite(arguments)
+
+
+# ---------------------------------------------------------------- content
+
+def strip_think_blocks(content: str) -> str:
+    return _THINK.sub("", content).strip()
+
+
+def content_text(content) -> str:
+    """Message content as text: None -> "", str as is, anything else as JSON text (DECISIONS 10)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return pyjson(content)
+
+
+def cut_tool_output(content: str, cap):
+    """Apply ``max_tool_output_chars`` (spec 3.7); returns (content, was_cut, chars_cut)."""
+    if cap is None:
+        return content, False, 0
+    cap = int(cap)
+    if len(content) <= cap:
+        return content, False, 0
+    keep = max(0, cap)
+    cut = len(content) - keep
+    return f"{content[:keep]}\n[... {cut} chars of tool output truncated]", True, cut
+
+
+# ---------------------------------------------------------------- messages
+
+class WireStats:
+    """Where ``max_tool_output_chars`` cut: ``(message_index, chars_cut)`` per truncated tool message."""
+
+    __slots__ = ("cuts",)
+
+    def __init__(self):
+        self.cuts = []
+
+    @property
+    def truncated(self) -> int:
+        return len(self.cuts)
+
+    @property
+    def chars_cut(self) -> int:
+        return sum(c for _, c in self.cuts)
+
+
+def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None, stats=None):
+    """Convert loose or wire messages to chat-completions wire messages.
+
+    Tool-call ids (DECISIONS 9): a call without an id gets ``call_NNNN`` from a per-conversation
+    counter that counts only generated ids; every id joins a FIFO of pending calls; a tool message
+    that names its id takes that id out of the queue, one without takes the oldest pending id.
+    """
+    out = []
+    if system:
+        out.append({"role": "system", "content": system})
+    pending = deque()
+    counter = 0
+    for message in messages or ():
+        if not isinstance(message, dict):
+            continue
+        role = text(message.get("role") or "")
+        content = content_text(message.get("content"))
+        if role == "assistant":
+            if strip_think:
+                content = strip_think_blocks(content)
+            entry = {"role": "assistant", "content": content}
+            calls = message.get("tool_calls")
+            if calls:
+                wire_calls = []
+                for call in calls:
+                    if not isinstance(call, dict):
+                        call = {}
+                    fn = call.get("function")
+                    if not isinstance(fn, dict):
+                        fn = call
+                    call_id = call.get("id")
+                    if call_id:
+                        call_id = text(call_id)
+                    else:
+                        call_id = "call_%04d" % counter
+                        counter += 1
+                    pending.append(call_id)
+                    wire_calls.append({
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": text(fn.get("name") or ""), "arguments": wire_arguments(fn.get("arguments"))},
+                    })
+                entry["tool_calls"] = wire_calls
+            out.append(entry)
+        elif role == "tool":
+            content, was_cut, cut = cut_tool_output(content, max_tool_output_chars)
+            if was_cut and stats is not None:
+                stats.cuts.append((len(out), cut))
+            entry = {"role": "tool", "content": content}
+            name = message.get("name")
+            if name:
+                entry["name"] = text(name)
+            own_id = message.get("tool_call_id")
+            if own_id:
+                own_id = text(own_id)
+                entry["tool_call_id"] = own_id
+                try:
+                    pending.remove(own_id)
+                except ValueError:
+                    pass
+            elif pending:
+                entry["tool_call_id"] = pending.popleft()
+            out.append(entry)
+        elif role in ("user", "system"):
+            out.append({"role": role, "content": content})
+    return out

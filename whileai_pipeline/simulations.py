@@ -1,0 +1,28 @@
+"""The exporter API, in one import: ``import whileai_pipeline.simulations as wai``.
+
+Same names, signatures, defaults, error tokens and report keys as the reference SDK's export
+surface (see the spec), with the improvements in DECISIONS.md. Pure Python: no Dagster here.
+"""
+
+from .core.conversation import conversation
+from .core.errors import (BadJsonlError, ExportError, GateError, NoPreferencePairsError, OutputIsSourceError,
+                          PrivilegedLeakError, RoundtripInvalidError, SchemaInvalidError)
+from .core.export import (export_dataset, export_preference, export_training, iter_training_rows,
+                          training_rows)
+from .core.gates import leak_report, scrub, tool_call_roundtrip
+from .core.jsonl import read_jsonl, write_jsonl
+from .core.masks import loss_mask
+from .core.pairs import build_preference_pairs, judge_pairs
+from .core.runs import Profile, Run, load_run, sidecar_path
+from .core.trl import to_trl
+
+EXPORT_FORMATS = ("openai", "trl")
+MASK_MODES = ("assistant", "final")
+
+__all__ = [
+    "BadJsonlError", "EXPORT_FORMATS", "ExportError", "GateError", "MASK_MODES", "NoPreferencePairsError",
+    "OutputIsSourceError", "PrivilegedLeakError", "Profile", "RoundtripInvalidError", "Run", "SchemaInvalidError",
+    "build_preference_pairs", "conversation", "export_dataset", "export_preference", "export_training",
+    "iter_training_rows", "judge_pairs", "leak_report", "load_run", "loss_mask", "read_jsonl", "scrub",
+    "sidecar_path", "to_trl", "tool_call_roundtrip", "training_rows", "write_jsonl",
+]
