@@ -1,0 +1,54 @@
+"""JSONL plumbing: file:line errors, BOM/CRLF/blank lines, atomic writes that never leave debris."""
+
+import os
+
+import pytest
+
+from whileai_pipeline.core.errors import BadJsonlError
+from whileai_pipeline.core.jsonl import atomic_file, read_jsonl, sha256_file, write_jsonl
+
+
+def test_bad_line_names_file_and_line(tmp_path):
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(b'{"a": 1}\n\n{"b": 2}\n{oops}\n')
+    with pytest.raises(BadJsonlError) as info:
+        list(read_jsonl(path))
+    assert isinstance(info.value, ValueError)
+    assert str(info.value).startswith(f"bad_jsonl: {path}:4: ")
+    assert info.value.line == 4
+
+
+def test_invalid_utf8_is_a_bad_line(tmp_path):
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"b": "\xff"}\n')
+    with pytest.raises(BadJsonlError, match=r":2: invalid UTF-8"):
+        list(read_jsonl(path))
+
+
+def test_bom_crlf_and_blank_lines_are_read(tmp_path):
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"a": 1}\r\n   \r\n{"b": "\xc3\xa9"}\r\n')
+    assert list(read_jsonl(path)) == [{"a": 1}, {"b": "é"}]
+
+
+def test_write_is_utf8_compact_and_nan_free(tmp_path):
+    path = tmp_path / "out.jsonl"
+    assert write_jsonl(path, [{"q": "é", "x": float("nan"), "y": float("inf"), "s": {2, 1}}]) == 1
+    assert path.read_bytes() == '{"q":"é","x":null,"y":null,"s":[1,2]}\n'.encode()
+
+
+def test_atomic_file_leaves_old_file_on_error(tmp_path):
+    path = tmp_path / "out.jsonl"
+    path.write_bytes(b"old\n")
+    with pytest.raises(RuntimeError):
+        with atomic_file(path) as fh:
+            fh.write(b"new partial")
+            raise RuntimeError("disk full")
+    assert path.read_bytes() == b"old\n"
+    assert os.listdir(tmp_path) == ["out.jsonl"]
+
+
+def test_sha256_file(tmp_path):
+    path = tmp_path / "x"
+    path.write_bytes(b"abc")
+    assert sha256_file(path) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"

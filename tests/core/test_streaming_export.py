@@ -1,0 +1,122 @@
+"""The streaming exporter writes exactly what the list API computes, and never touches its source."""
+
+import os
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import whileai_pipeline.simulations as wai
+from whileai_pipeline.core.jsonl import dumps
+
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+words = st.text(alphabet="abcdé xyz<>/think", min_size=0, max_size=20)
+arguments = st.one_of(st.none(), st.just({"id": 7}), st.just('{"a": 1}'), st.just("{a: 1}"), st.just('"x"'))
+steps = st.lists(st.one_of(
+    st.builds(lambda t: {"text": t}, words),
+    st.builds(lambda u: {"user": u}, words),
+    st.builds(lambda n, a, r: {"tool": n, "arguments": a, "result": r},
+              st.sampled_from(["lookup", "refund"]), arguments, st.one_of(words, st.just({"ok": True}))),
+), max_size=5)
+rows = st.lists(st.fixed_dictionaries(
+    {"prompt": st.sampled_from(["p1", "p2", "p3", ""]), "steps": steps, "final_text": words},
+    optional={"reward": st.sampled_from([0, 1, 0.5, None, True, float("nan"), "0.7"]),
+              "scenario_id": st.sampled_from(["s1", "s2"]),
+              "lineage": st.just({"source": "grade", "privileged": {"reference": "secret"}}),
+              "opener": words},
+), max_size=8)
+
+
+def _expected_lines(source_rows, fmt, mask_mode, unroll):
+    rows = wai.training_rows(source_rows, mask_mode=mask_mode, unroll=unroll, system_prompt="SYS")
+    if fmt == "trl":
+        rows = wai.to_trl(rows, "completion" if (unroll or mask_mode == "final") else "training")
+    return [dumps(r) for r in rows]
+
+
+@SETTINGS
+@given(source=rows, fmt=st.sampled_from(["openai", "trl"]), mask_mode=st.sampled_from(["assistant", "final"]),
+       unroll=st.booleans())
+def test_file_export_equals_list_api(tmp_path, source, fmt, mask_mode, unroll):
+    src = tmp_path / "src.jsonl"
+    src.write_bytes(b"".join(dumps(r) + b"\n" for r in source))
+    out = tmp_path / "out.jsonl"
+    try:
+        expected = _expected_lines(list(wai.read_jsonl(src)), fmt, mask_mode, unroll)
+    except wai.SchemaInvalidError as exc:
+        with pytest.raises(wai.SchemaInvalidError, match=str(exc).split(":")[0]):
+            wai.export_dataset(src, out, format=fmt, mask_mode=mask_mode, unroll=unroll, validate=False,
+                               system_prompt="SYS")
+        assert not out.exists()
+        return
+    before = src.read_bytes()
+    report = wai.export_dataset(src, out, format=fmt, mask_mode=mask_mode, unroll=unroll, validate=False,
+                                system_prompt="SYS")
+    assert out.read_bytes().splitlines() == expected
+    assert report["n"] == report["n_written"] == len(expected)
+    assert src.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["out.jsonl", "src.jsonl"]
+
+
+def test_generator_source_is_read_once_and_leak_gate_sees_it(tmp_path):
+    row = {"prompt": "p", "final_text": "the refund was already issued", "scenario_id": "a",
+           "privileged": {"reference": "The refund was already issued"}}
+    with pytest.raises(wai.PrivilegedLeakError) as info:
+        wai.export_dataset((r for r in [row]), tmp_path / "o.jsonl")
+    assert info.value.report["privileged_leaks"]["n_leaked"] == 1
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_output_equal_to_source_is_refused_even_through_a_symlink(tmp_path):
+    src = tmp_path / "run.jsonl"
+    src.write_bytes(b'{"prompt": "p", "final_text": "a"}\n')
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(src)
+    for output in (src, link, str(src)):
+        with pytest.raises(wai.OutputIsSourceError, match="^output_is_source: "):
+            wai.export_dataset(src, output)
+    assert src.read_bytes() == b'{"prompt": "p", "final_text": "a"}\n'
+
+
+def test_sidecar_supplies_system_prompt_and_tools(tmp_path):
+    src = tmp_path / "run.jsonl"
+    src.write_bytes(b'{"prompt": "p", "steps": [{"tool": "t", "arguments": {}, "result": "ok"}], "final_text": "a"}\n')
+    tools = [{"type": "function", "function": {"name": "t", "parameters": {"type": "object"}}}]
+    (tmp_path / "run.meta.json").write_bytes(orjson.dumps({"system_prompt": "SYS", "tools": tools}))
+    report = wai.export_dataset(src)
+    row = orjson.loads((tmp_path / "run.train.jsonl").read_bytes())
+    assert row["messages"][0] == {"role": "system", "content": "SYS"}
+    assert row["tools"] == tools
+    assert (report["system_prompt_source"], report["tools_source"]) == ("sidecar", "sidecar")
+    assert report["with_system"] == report["with_tools"] == 1
+    assert "warnings" not in report
+    explicit = wai.export_dataset(src, tmp_path / "o.jsonl", system_prompt="", tools=[])
+    assert (explicit["with_system"], explicit["system_prompt_source"]) == (0, "argument")
+    assert any("without tool schemas" in w for w in explicit["warnings"])
+
+
+def test_report_hashes_source_and_output(tmp_path):
+    src = tmp_path / "run.jsonl"
+    src.write_bytes(b'{"prompt": "p", "final_text": "a", "reward": 1}\n')
+    report = wai.export_dataset(src, tmp_path / "o.jsonl")
+    import hashlib
+    assert report["source_sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
+    assert report["sha256"] == hashlib.sha256((tmp_path / "o.jsonl").read_bytes()).hexdigest()
+    assert report["rows_read"] == 1 and report["n_written"] == 1
+
+
+def test_gate_failure_keeps_previous_file_and_carries_report(tmp_path):
+    out = tmp_path / "o.jsonl"
+    out.write_bytes(b"previous\n")
+    bad = {"prompt": "p", "messages": [{"role": "user", "content": "p"},
+                                       {"role": "assistant", "content": "", "tool_calls": [
+                                           {"function": {"name": "t", "arguments": "{a: 1}"}}]}]}
+    with pytest.raises(wai.RoundtripInvalidError) as info:
+        wai.export_dataset([bad], out)
+    assert str(info.value).startswith("tool_call_roundtrip_invalid: 1 of 1 tool calls")
+    assert info.value.report["tool_call_roundtrip"]["rows"] == [0]
+    assert out.read_bytes() == b"previous\n"
+    assert os.listdir(tmp_path) == ["o.jsonl"]
