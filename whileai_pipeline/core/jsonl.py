@@ -97,6 +97,23 @@ def iter_jsonl(path, hasher=None):
                 raise BadJsonlError(path, lineno, _reason(exc, line)) from None
 
 
+def iter_jsonl_offsets(path):
+    """Yield ``(byte_offset, value)`` for every non-blank line, so a later pass can seek back to it."""
+    offset = 0
+    with open(path, "rb") as fh:
+        for lineno, line in enumerate(fh, 1):
+            start, offset = offset, offset + len(line)
+            raw = line[len(_BOM):] if lineno == 1 and line.startswith(_BOM) else line
+            raw = raw.strip()
+            if not raw:
+                continue
+            try:
+                value = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                raise BadJsonlError(path, lineno, _reason(exc, raw)) from None
+            yield (start + (len(_BOM) if lineno == 1 and line.startswith(_BOM) else 0)), value
+
+
 def _reason(exc, line):
     try:
         line.decode("utf-8")

@@ -5,10 +5,13 @@ the same plan can be made over a file without holding its rows; ``build_preferen
 attaches the rows the plan names.
 """
 
+import array
 import hashlib
 import json
 import math
 import re
+
+import orjson
 from dataclasses import dataclass
 
 from .conversation import conversation
@@ -90,12 +93,12 @@ def first_turn(row) -> str:
     return text(row.get("final_text") or "").strip()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RowSummary:
     """What pair selection needs from one row."""
 
     index: int
-    key: str
+    key: bytes
     score: float
     length: int
     first_turn: bytes
@@ -117,10 +120,10 @@ def summarize(index, row):
     lineage = row.get("lineage")
     return RowSummary(
         index=index,
-        key=key,
+        key=hashlib.sha1(key.encode("utf-8", "surrogatepass")).digest(),
         score=value,
         length=reply_length(row),
-        first_turn=hashlib.sha1(first_turn(row).encode("utf-8", "surrogatepass")).digest(),
+        first_turn=hashlib.sha1(first_turn(row).encode("utf-8", "surrogatepass")).digest()[:8],
         model=text(model) if model else None,
         eval_sourced=isinstance(lineage, dict) and lineage.get("source") == "eval",
     )
@@ -355,3 +358,34 @@ def judge_pairs(pairs, judge=None, *, swap=True, examples=10, position_flip_flag
         "warnings": warnings,
     }
     return entries, report
+
+
+def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True):
+    """``build_preference_pairs`` from a JSONL file to a JSONL file, holding summaries, not rows.
+
+    Pass 1 keeps one summary and one byte offset per row; pass 2 seeks to the rows each pair names.
+    Returns the pair report plus ``path``, ``n_written`` and ``sha256`` of the written file.
+    """
+    if min_margin <= 0:
+        raise ValueError(MIN_MARGIN_ERROR)
+    from .jsonl import atomic_file, dumps_line, iter_jsonl_offsets, sha256_file
+
+    offsets = array.array("q")
+
+    def summaries():
+        for index, (offset, row) in enumerate(iter_jsonl_offsets(source)):
+            offsets.append(offset)
+            yield summarize(index, row)
+
+    plan, seen, contrast = plan_pairs(summaries(), max_pairs_per_prompt=max_pairs_per_prompt,
+                                      min_margin=min_margin, length_match=length_match)
+    with open(source, "rb") as fh, atomic_file(output) as out:
+        def row_at(index):
+            fh.seek(offsets[index])
+            return orjson.loads(fh.readline())
+
+        for c, r in plan:
+            out.write(dumps_line(pair_fields(c, r, row_at(c.index), row_at(r.index))))
+    report = pairs_report(plan, seen, contrast, min_margin)
+    report.update(path=str(output), n_written=len(plan), sha256=sha256_file(output))
+    return report
