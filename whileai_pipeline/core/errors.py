@@ -11,10 +11,15 @@ class BadJsonlError(ExportError):
     def __init__(self, path, line, reason):
         self.path = str(path)
         self.line = line
+        self.reason = reason
         super().__init__(
             f"bad_jsonl: {path}:{line}: {reason}. Fix or remove that line "
             "(each line must be one JSON object, UTF-8 encoded)."
         )
+
+
+    def __reduce__(self):  # survives the trip back from a worker process
+        return type(self), (self.path, self.line, self.reason)
 
 
 class OutputIsSourceError(ExportError):

@@ -56,6 +56,21 @@ def scrub(value):
 
 # ---------------------------------------------------------------- round-trip gate
 
+def count_tool_calls(messages, encoding):
+    """(tool calls, calls whose arguments do not parse back to an object) in these messages."""
+    checked = invalid = 0
+    for message in messages or ():
+        if not isinstance(message, dict):
+            continue
+        for call in message.get("tool_calls") or ():
+            checked += 1
+            fn = call.get("function") if isinstance(call, dict) else None
+            arguments = fn.get("arguments") if isinstance(fn, dict) else None
+            if not arguments_are_structured(arguments, encoding):
+                invalid += 1
+    return checked, invalid
+
+
 class RoundtripGate:
     """Counts tool calls whose arguments do not parse back to an object for the chosen format."""
 
@@ -67,18 +82,12 @@ class RoundtripGate:
         self.rows = []
 
     def add(self, index, messages):
-        bad = False
-        for message in messages or ():
-            if not isinstance(message, dict):
-                continue
-            for call in message.get("tool_calls") or ():
-                self.checked += 1
-                fn = call.get("function") if isinstance(call, dict) else None
-                arguments = fn.get("arguments") if isinstance(fn, dict) else None
-                if not arguments_are_structured(arguments, self.encoding):
-                    self.invalid += 1
-                    bad = True
-        if bad and len(self.rows) < ROUNDTRIP_ROWS_CAP:
+        self.record(index, *count_tool_calls(messages, self.encoding))
+
+    def record(self, index, checked, invalid):
+        self.checked += checked
+        self.invalid += invalid
+        if invalid and len(self.rows) < ROUNDTRIP_ROWS_CAP:
             self.rows.append(index)
 
     def report(self):
@@ -138,12 +147,15 @@ def leak_needles(row, min_len=LEAK_MIN_QUOTE_CHARS):
     return needles
 
 
-def leak_haystack(row) -> str:
-    """What the trainer would imitate: final_text and every assistant turn, opener included."""
+def leak_haystack(row, rebuilt=None) -> str:
+    """What the trainer would imitate: final_text and every assistant turn, opener included.
+
+    ``rebuilt`` is ``conversation(row)`` when the caller already has it.
+    """
     parts = [text(row.get("final_text") or "")]
     messages = row.get("messages")
     if not (isinstance(messages, list) and messages):
-        messages = conversation(row)
+        messages = rebuilt if rebuilt is not None else conversation(row)
     for message in messages:
         if isinstance(message, dict) and message.get("role") == "assistant":
             content = message.get("content")
@@ -152,16 +164,24 @@ def leak_haystack(row) -> str:
     return normalize("\n".join(p for p in parts if p).lower())
 
 
-def leak_verdict(row, min_len=LEAK_MIN_QUOTE_CHARS):
+def leak_verdict(row, min_len=LEAK_MIN_QUOTE_CHARS, rebuilt=None):
     """None when the row carries nothing to check, else (field, needle) of its first quote or False."""
     needles = leak_needles(row, min_len)
     if not needles:
         return None
-    haystack = leak_haystack(row)
+    haystack = leak_haystack(row, rebuilt)
     for field, needle in needles:
         if needle in haystack:
             return field, needle
     return False
+
+
+def leak_outcome(row, min_len=LEAK_MIN_QUOTE_CHARS, rebuilt=None):
+    """What ``LeakGate.record`` needs from a row: (verdict, has scenario_id key, scenario_id, rollout_index)."""
+    verdict = leak_verdict(row, min_len, rebuilt)
+    if verdict:
+        return verdict, "scenario_id" in row, row.get("scenario_id"), row.get("rollout_index")
+    return verdict, "scenario_id" in row, None, None
 
 
 class LeakGate:
@@ -175,27 +195,28 @@ class LeakGate:
         self.leaked = []
         self.uncheckable_exported = False
 
-    def add(self, row):
-        if not isinstance(row, dict):
-            return None
+    def add(self, row, rebuilt=None):
+        if isinstance(row, dict):
+            self.record(leak_outcome(row, self.min_len, rebuilt))
+
+    def record(self, outcome):
+        """Count one row from its ``leak_outcome``."""
+        verdict, has_scenario_key, scenario_id, rollout_index = outcome
         self.n_rows += 1
-        verdict = leak_verdict(row, self.min_len)
         if verdict is None:
-            if "scenario_id" in row:
-                self.uncheckable_exported = True
-            return None
+            self.uncheckable_exported |= has_scenario_key
+            return
         self.n_checked += 1
         if verdict:
             self.n_leaked += 1
             if len(self.leaked) < LEAK_ROWS_CAP:
                 field, needle = verdict
                 self.leaked.append({
-                    "scenario_id": row.get("scenario_id"),
-                    "rollout_index": row.get("rollout_index"),
+                    "scenario_id": scenario_id,
+                    "rollout_index": rollout_index,
                     "field": field,
                     "needle": needle[:LEAK_NEEDLE_CAP],
                 })
-        return verdict
 
     @property
     def rate(self):

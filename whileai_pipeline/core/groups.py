@@ -29,6 +29,14 @@ def task_key(row) -> str:
     return text(row.get("scenario_id") or row.get("task_id") or row.get("prompt") or "")
 
 
+def row_summary(row):
+    """(SHA-1 digest of the task key, or None when empty; numeric reward, NaN when there is none)."""
+    key = task_key(row)
+    digest = hashlib.sha1(key.encode("utf-8", "surrogatepass")).digest() if key else None
+    reward = numeric_reward(row.get("reward"))
+    return digest, (math.nan if reward is None else reward)
+
+
 class GroupStats:
     """Accumulates (group, reward) per row; ``fields(i)`` gives row i's group fields or None."""
 
@@ -42,12 +50,14 @@ class GroupStats:
 
     def add(self, row) -> int:
         """Record one row; returns its group index (-1 for rows with no task key)."""
-        key = task_key(row)
+        return self.add_summary(*row_summary(row))
+
+    def add_summary(self, digest, reward) -> int:
+        """Record one row from ``row_summary``: (SHA-1 of its task key or None, numeric reward or NaN)."""
         g = -1
-        if not key:
+        if digest is None:
             self._row_group.append(-1)
         else:
-            digest = hashlib.sha1(key.encode("utf-8", "surrogatepass")).digest()
             g = self._index.get(digest)
             if g is None:
                 g = self._index[digest] = len(self._ids)
@@ -55,8 +65,7 @@ class GroupStats:
                 self._counts.append(0)
             self._counts[g] += 1
             self._row_group.append(g)
-        reward = numeric_reward(row.get("reward"))
-        self._row_reward.append(math.nan if reward is None else reward)
+        self._row_reward.append(reward)
         return g
 
     @property

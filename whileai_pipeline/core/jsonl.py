@@ -65,6 +65,13 @@ def dumps_line(value) -> bytes:
     return dumps(value) + b"\n"
 
 
+def splice(body: bytes, suffix: bytes = b"", tail: bytes = b"") -> bytes:
+    """Append keys to a serialized object: ``suffix`` starts with a comma, ``tail`` is ``"k":v`` pairs."""
+    if not (suffix or tail):
+        return body
+    return body[:-1] + suffix + (b"," + tail if tail else b"") + b"}"
+
+
 def read_jsonl(path):
     """Yield each JSON value of a JSONL file; blank lines are skipped (DECISIONS 7).
 
@@ -95,6 +102,26 @@ def iter_jsonl(path, hasher=None):
                 yield lineno, orjson.loads(line)
             except orjson.JSONDecodeError as exc:
                 raise BadJsonlError(path, lineno, _reason(exc, line)) from None
+
+
+_BLANK = object()
+
+
+def iter_jsonl_lines(path, hasher=None):
+    """Yield ``(line_number, raw line bytes, value)`` for every line; blank lines give ``_BLANK``."""
+    with open(path, "rb") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if hasher is not None:
+                hasher.update(line)
+            text_ = line[len(_BOM):] if lineno == 1 and line.startswith(_BOM) else line
+            text_ = text_.strip()
+            if not text_:
+                yield lineno, line, _BLANK
+                continue
+            try:
+                yield lineno, line, orjson.loads(text_)
+            except orjson.JSONDecodeError as exc:
+                raise BadJsonlError(path, lineno, _reason(exc, text_)) from None
 
 
 def iter_jsonl_offsets(path):

@@ -15,7 +15,13 @@ def pyjson(value) -> str:
     This is what a tool result looks like to the model at run time, so it must match the reference
     byte for byte (DECISIONS 10). Files and arguments use compact orjson instead.
     """
-    return json.dumps(value, default=str)
+    try:
+        return _ENCODE(value)
+    except TypeError:  # a type JSON has no form for somewhere inside: fall back to str() for it
+        return json.dumps(value, default=str)
+
+
+_ENCODE = json.JSONEncoder().encode
 
 
 def sha1_12(value: str) -> str:

@@ -3,6 +3,7 @@
 ``to_wire`` is the one message conversion every exporter uses (spec 3.4 with DECISIONS 2, 3, 9, 10).
 """
 
+import json
 import math
 import re
 from collections import deque
@@ -58,11 +59,10 @@ def wire_arguments(raw) -> str:
         return value
     if not value:
         value = {}
-    if has_nonfinite(value):
-        import json
-
+    encoded = dumps(value)
+    if b"null" in encoded and has_nonfinite(value):  # orjson wrote NaN/Infinity as null
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
-    return dumps(value).decode("utf-8")
+    return encoded.decode("utf-8")
 
 
 def arguments_are_structured(arguments, encoding: str) -> bool:

@@ -1,0 +1,105 @@
+"""Where an export goes: the destination name, the source guard, and the file rows are spooled to."""
+
+import contextlib
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from .errors import OutputIsSourceError
+from .jsonl import TMP_SUFFIX, atomic_file, sha256_file, splice
+
+def destination(output, source_path):
+    if output:
+        return Path(output)
+    if source_path is None:
+        return None
+    suffix = source_path.suffix
+    if suffix:
+        return source_path.with_name(f"{source_path.stem}.train{suffix}")
+    return source_path.with_name(f"{source_path.name}.train.jsonl")
+
+
+def refuse_source(dest, source_path):
+    """DECISIONS 4: never write over the file being read (links and hard links included)."""
+    same = Path(dest).resolve() == Path(source_path).resolve()
+    if not same and Path(dest).exists():
+        with contextlib.suppress(OSError):
+            same = os.path.samefile(dest, source_path)
+    if same:
+        raise OutputIsSourceError(
+            f"output_is_source: {dest} is the source file {source_path}; writing there would destroy "
+            "the raw run. Pass another output path, or none to get <name>.train<suffix> beside it."
+        )
+
+
+class Spool:
+    """Serialized rows on their way to ``dest``: a temp file beside it, published only at the end.
+
+    A line may carry a tail (keys that must follow the group fields, e.g. TRL's ``prompt_text``)
+    after a tab; compact JSON never contains a raw tab, so the split is unambiguous.
+    """
+
+    def __init__(self, dest):
+        self.dest = dest
+        self.fh = None
+        self.has_tail = False
+        if dest is not None:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            fd, self.tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".spool" + TMP_SUFFIX,
+                                            dir=dest.parent)
+            self.fh = os.fdopen(fd, "wb", buffering=1 << 20)
+
+    def write(self, body, tail=b"", suffix=None):
+        """Write one row; with ``suffix`` (its group fields, known from a pre-scan) the line is final."""
+        if self.fh is None:
+            return
+        if suffix is not None:
+            self.fh.write(splice(body, suffix, tail) + b"\n")
+        elif tail:
+            self.has_tail = True
+            self.fh.write(body + b"\t" + tail + b"\n")
+        else:
+            self.fh.write(body + b"\n")
+
+    def part_prefix(self):
+        """A name prefix for worker part files, beside the spool (same directory, same filesystem)."""
+        return f"{self.tmp}."
+
+    def append_part(self, part):
+        """Append a worker's finished lines (a part file) to the output, then delete the part."""
+        from .parallel import append_file
+
+        append_file(self.fh, part)
+
+    def discard(self):
+        if self.fh is not None:
+            self.fh.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.tmp)
+            self.fh = None
+
+    def publish(self, suffix_of_row=None):
+        """Write the final file (splicing group fields and tails when needed); returns its SHA-256."""
+        self.fh.close()
+        self.fh = None
+        try:
+            if self.has_tail or suffix_of_row is not None:
+                with atomic_file(self.dest) as out, open(self.tmp, "rb") as spool:
+                    for i, line in enumerate(spool):
+                        body, _, tail = line[:-1].partition(b"\t")
+                        suffix = suffix_of_row(i) if suffix_of_row is not None else b""
+                        out.write(splice(body, suffix, tail) + b"\n")
+            else:
+                with open(self.tmp, "rb+") as fh:
+                    os.fsync(fh.fileno())
+                os.replace(self.tmp, self.dest)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.tmp)
+        return sha256_file(self.dest)
+
+
+def finish(report, started):
+    report["elapsed_seconds"] = round(time.perf_counter() - started, 3)
+    return report

@@ -1,0 +1,118 @@
+"""Source rows -> training rows (spec 3): conversion, carried keys, schema stamp and check."""
+
+from .conversation import bridge_tool_trace, conversation
+from .errors import SchemaInvalidError
+from .gates import scrub
+from .groups import stamp_groups
+from .masks import check_mask_mode, loss_mask, unroll as unroll_entry
+from .runs import resolve_source
+from .wire import WireStats, to_wire
+
+PASS_THRESHOLD = 0.5
+MESSAGE_EXAMPLES = 5
+SCHEMA_KEY, SCHEMA_VERSION = "schema_version", "1"
+CARRIED_KEYS = (
+    "reward", "qwen_reward", "reason", "prompt", "scenario_id", "world_state", "faults",
+    "fault_detected", "label_source", "failure_class", "judge_status", "judge_name", "lineage",
+    "logprob", "n_tokens", "token_logprobs", "sampling", "policy_version", "writer_model",
+    "user_model", "usage", "tier", "ask_family", "ask", "stance", "tone", "texture", "vagueness",
+    "phrasing", "pressure", "user", "history", "length", "intent_known", "tool_known",
+)
+def stamp(row):
+    if isinstance(row, dict) and SCHEMA_KEY not in row:
+        row[SCHEMA_KEY] = SCHEMA_VERSION
+    return row
+
+
+def convert_row(raw, system, tools, strip_think, mask_mode, unroll, cap, rebuilt=None):
+    """One source row -> its training entries (one, or one per assistant turn when unrolling).
+
+    ``rebuilt`` is ``conversation(raw)`` when the caller already built it.
+    """
+    row = bridge_tool_trace(raw)
+    messages = row.get("messages")
+    if not messages:
+        messages = rebuilt if (rebuilt is not None and row is raw) else conversation(row)
+    stats = WireStats()
+    wire = to_wire(messages, system=system, strip_think=strip_think, max_tool_output_chars=cap, stats=stats)
+    entry = {"messages": wire}
+    if stats.truncated:
+        entry["tool_output_truncated"] = stats.truncated
+        entry["tool_output_chars_cut"] = stats.chars_cut
+    entry["loss_mask"] = loss_mask(wire, mode=mask_mode)
+    if tools:
+        entry["tools"] = list(tools)
+    for key in CARRIED_KEYS:
+        value = row.get(key)
+        if value is not None:
+            entry[key] = scrub(value)
+    if unroll:
+        return [stamp(s) for s in unroll_entry(entry, row, stats.cuts)]
+    return [stamp(entry)]
+
+
+def training_problems(row):
+    problems = []
+    messages = row.get("messages")
+    if not isinstance(messages, list) or not messages:
+        problems.append("messages_missing")
+    elif any(not isinstance(m, dict) or not m.get("role") for m in messages):
+        problems.append("message_without_role")
+    if "tools" in row and not isinstance(row["tools"], list):
+        problems.append("tools_not_list")
+    mask = row.get("loss_mask")
+    if "loss_mask" in row and (
+        not isinstance(mask, list) or not isinstance(messages, list) or len(mask) != len(messages)
+        or any(isinstance(b, bool) or b not in (0, 1) for b in mask)
+    ):
+        problems.append("loss_mask_invalid")
+    return problems
+
+
+def preference_problems(row):
+    problems = []
+    for side in ("chosen", "rejected"):
+        value = row.get(side)
+        if not isinstance(value, list) or not value:
+            problems.append(f"{side}_missing")
+    return problems
+
+
+class SchemaCheck:
+    """Collects the first few invalid rows, as ``schema_invalid in <where>: i:code; ...``."""
+
+    def __init__(self, where):
+        self.where = where
+        self.bad = []
+
+    def add(self, index, problems):
+        if problems and len(self.bad) < MESSAGE_EXAMPLES:
+            self.bad.append(f"{index}:{','.join(problems)}")
+
+    def raise_if_bad(self):
+        if self.bad:
+            raise SchemaInvalidError(f"schema_invalid in {self.where}: {'; '.join(self.bad)}")
+
+
+def iter_training_rows(source, *, system_prompt=None, tools=None, strip_think=True,
+                       mask_mode="assistant", unroll=False, max_tool_output_chars=None):
+    """Training rows one at a time, without group stamping (that needs every row's reward)."""
+    check_mask_mode(mask_mode)
+    src = resolve_source(source, system_prompt, tools)
+    for raw in src.rows:
+        if isinstance(raw, dict):
+            yield from convert_row(raw, src.system, src.tools, strip_think, mask_mode, unroll, max_tool_output_chars)
+
+
+def training_rows(source, *, system_prompt=None, tools=None, strip_think=True, mask_mode="assistant",
+                  unroll=False, max_tool_output_chars=None):
+    """Spec 3: every source row as a chat-completions training row, groups stamped, checked."""
+    rows = list(iter_training_rows(source, system_prompt=system_prompt, tools=tools, strip_think=strip_think,
+                                   mask_mode=mask_mode, unroll=unroll, max_tool_output_chars=max_tool_output_chars))
+    if not unroll:
+        stamp_groups(rows)
+    check = SchemaCheck("training_rows")
+    for i, row in enumerate(rows):
+        check.add(i, training_problems(row))
+    check.raise_if_bad()
+    return rows

@@ -1,0 +1,391 @@
+"""``export_dataset`` (= ``export_training``): training rows as a gated JSONL file (spec 5).
+
+How a file export streams (issue 2, point 4). A re-readable source (a JSONL path, a list) is read
+twice: a quick pre-scan parses each row only for its task key and reward, so the group fields are
+known before any row is written; then each row is converted, gated and written once, final. A
+one-shot iterator is read once (DECISIONS 5): its rows are serialized into a spool beside the
+destination and a second pass over the spool's bytes splices each row's group fields onto the end of
+its line. Either way memory holds one group index and one reward per row, never rows, and nothing
+is published when a gate or a schema check fails.
+"""
+
+import array
+import os
+import time
+
+from .conversation import conversation
+from .errors import ExportError, PrivilegedLeakError, RoundtripInvalidError
+from .gates import (ENCODINGS, LeakGate, RoundtripGate, check_format, count_tool_calls, leak_outcome,
+                    row_conversation_messages, scrub)
+from .groups import GroupStats, numeric_reward, row_summary
+from .jsonl import _BLANK, dumps, iter_jsonl_lines, read_jsonl
+from .masks import check_mask_mode
+from .output import Spool, destination, finish, refuse_source
+from .rows import PASS_THRESHOLD, SchemaCheck, convert_row, training_problems
+from .runs import resolve_source
+from .trl import TRL_LOSS_COMPLETION, TRL_LOSS_MESSAGES, trl_completion_row, trl_training_row
+
+class _SftPlan:
+    """Everything the per-row work needs; picklable, so worker processes get the same plan."""
+
+    def __init__(self, system, tools, strip_think, mask_mode, unroll, cap, format):
+        self.system, self.tools, self.strip_think = system, tools, strip_think
+        self.mask_mode, self.unroll, self.cap, self.format = mask_mode, unroll, cap, format
+        self.trl = format == "trl"
+        self.completion_rows = self.trl and (unroll or mask_mode == "final")
+        self.grouping = not unroll
+        self.encoding = ENCODINGS[format]
+
+
+def _sft_outcome(raw, plan):
+    """All one source row contributes to an export: gate facts, group summaries, serialized lines.
+
+    A pure function of (row, plan), so it can run in any process; ``_SftTally.consume`` then adds
+    outcomes up in source order, which keeps the output identical however the work was spread.
+    """
+    if not isinstance(raw, dict):
+        return None
+    rebuilt = None if raw.get("messages") else conversation(raw)
+    leak = leak_outcome(raw, rebuilt=rebuilt)
+    entries = []
+    for entry in convert_row(raw, plan.system, plan.tools, plan.strip_think, plan.mask_mode, plan.unroll, plan.cap,
+                          rebuilt):
+        problems = training_problems(entry)
+        group = row_summary(entry) if plan.grouping else None
+        row = entry
+        if plan.trl:
+            row = trl_completion_row(entry) if plan.completion_rows else trl_training_row(entry)
+            if row is None:
+                entries.append((problems, group, None))
+                continue
+        messages = row_conversation_messages(row)
+        checked, invalid = count_tool_calls(messages, plan.encoding)
+        if "completion" in row:
+            trained, masked = len(row["completion"]), len(row["prompt"])
+        else:
+            trained = sum(entry["loss_mask"])
+            masked = len(entry["loss_mask"]) - trained
+        first = messages[0] if messages else None
+        tail = b""
+        if plan.grouping and "prompt_text" in row:
+            row = dict(row)
+            tail = dumps({"prompt_text": row.pop("prompt_text")})[1:-1]
+        facts = (
+            checked, invalid,
+            bool(first and first.get("role") == "system"),
+            bool(row.get("tools")),
+            _has_tool_calls(messages),
+            row.get("tool_output_truncated", 0),
+            row.get("tool_output_chars_cut", 0),
+            trained, masked,
+            _reward_class(row.get("reward")),
+        )
+        entries.append((problems, group, (facts, dumps(row), tail)))
+    return leak, raw.get("finish_reason") == "length", entries
+
+
+def _reward_class(reward):
+    value = numeric_reward(reward)
+    if value is None:
+        return "n_ungraded"
+    return "n_pass" if value >= PASS_THRESHOLD else "n_fail"
+
+
+class _SftTally:
+    """Adds up row outcomes in source order: gates, schema check, groups, counters, spool lines."""
+
+    def __init__(self, plan, spool, prescan=None):
+        self.plan, self.spool = plan, spool
+        self.prescan = prescan
+        self.groups = prescan.groups if prescan is not None else (GroupStats() if plan.grouping else None)
+        self.row_groups = array.array("q")
+        self.roundtrip, self.leaks = RoundtripGate(plan.format), LeakGate()
+        self.schema = SchemaCheck("training_rows")
+        self.rewards = {"n_pass": 0, "n_fail": 0, "n_ungraded": 0}
+        self.rows_read = self.n_entries = self.n_out = self.n_length_cut = self.dropped = 0
+        self.with_system = self.with_tools = self.rows_with_calls = 0
+        self.truncated = self.chars_cut = self.trained = self.masked = 0
+
+    def consume(self, outcome):
+        self.rows_read += 1
+        if outcome is None:
+            return
+        leak, length_cut, entries = outcome
+        self.leaks.record(leak)
+        self.n_length_cut += length_cut
+        for problems, group, written in entries:
+            self.schema.add(self.n_entries, problems)
+            self.n_entries += 1
+            if self.prescan is not None:
+                g = self.prescan.group_of_row(self.rows_read - 1)
+            else:
+                g = self.groups.add_summary(*group) if group is not None else -1
+            if self.schema.bad:
+                continue
+            if written is None:
+                self.dropped += 1
+                continue
+            facts, body, tail = written
+            (checked, invalid, with_system, with_tools, has_calls, truncated, chars_cut, trained, masked,
+             reward_class) = facts
+            self.roundtrip.record(self.n_out, checked, invalid)
+            self.with_system += with_system
+            self.with_tools += with_tools
+            self.rows_with_calls += has_calls
+            self.truncated += truncated
+            self.chars_cut += chars_cut
+            self.trained += trained
+            self.masked += masked
+            self.rewards[reward_class] += 1
+            if self.prescan is not None:
+                if body is not None:  # None: a worker process already wrote the line
+                    self.spool.write(body, tail, self.prescan.suffix(g))
+            else:
+                if body is not None:
+                    self.spool.write(body, tail)
+                self.row_groups.append(g)
+            self.n_out += 1
+
+
+def _has_tool_calls(messages):
+    return any(isinstance(m, dict) and m.get("tool_calls") for m in messages or ())
+
+
+class _Prescan:
+    """Group statistics from a quick first read of a re-readable source.
+
+    Parsing a line is cheap next to converting it, so a file (or a list) is read once for each row's
+    task key and reward only; group fields are then known before any row is written. For a file this
+    read also takes the SHA-256 (DECISIONS 15) and cuts the file into chunks for worker processes.
+    """
+
+    def __init__(self, rows=None, path=None, hasher=None, chunk_bytes=None):
+        self.groups = GroupStats()
+        self.row_group = array.array("q")
+        self.chunks = []  # (start byte, end byte, first line, first row, rows)
+        if path is not None:
+            self._scan_file(path, hasher, chunk_bytes)
+        else:
+            for raw in rows:
+                self._add(raw)
+        self._suffixes = None
+        if self.groups.active:
+            self._suffixes = [b"," + dumps(f)[1:-1] for f in self.groups.finish()]
+
+    def _add(self, raw):
+        if isinstance(raw, dict):
+            self.row_group.append(self.groups.add_summary(*row_summary(_group_view(raw))))
+        else:
+            self.row_group.append(-1)
+
+    def _scan_file(self, path, hasher, chunk_bytes):
+        start = pos = 0
+        first_line, first_row = 1, 0
+        for lineno, line, raw in iter_jsonl_lines(path, hasher):
+            pos += len(line)
+            if raw is not _BLANK:
+                self._add(raw)
+            if chunk_bytes and pos - start >= chunk_bytes:
+                self.chunks.append((start, pos, first_line, first_row, len(self.row_group) - first_row))
+                start, first_line, first_row = pos, lineno + 1, len(self.row_group)
+        if pos > start:
+            self.chunks.append((start, pos, first_line, first_row, len(self.row_group) - first_row))
+
+    def group_of_row(self, i):
+        return self.row_group[i]
+
+    def suffix(self, g):
+        if self._suffixes is None or g < 0:
+            return b""
+        return self._suffixes[g]
+
+    def work_chunks(self):
+        """The file's chunks, each with its rows' group fields, for worker processes."""
+        from .parallel import Chunk
+
+        for start, end, first_line, first_row, n in self.chunks:
+            suffixes = [self.suffix(self.row_group[i]) for i in range(first_row, first_row + n)]
+            yield Chunk(start, end, first_line, suffixes)
+
+
+def _group_view(raw):
+    """The keys of a training row that decide its group, exactly as the row will carry them."""
+    view = {}
+    for key in ("scenario_id", "prompt", "reward"):
+        value = raw.get(key)
+        if value is not None:
+            view[key] = scrub(value)
+    return view
+
+
+def _rereadable(rows):
+    try:
+        return iter(rows) is not rows
+    except TypeError:
+        return False
+
+
+def _run_pass(src, plan, tally, spool, prescan, workers, dest):
+    """Feed every row's outcome to the tally: in this process, or over worker processes for big files."""
+    if src.hashed is not None:
+        from .parallel import line_chunks, parallel_outcomes, workers_for
+
+        n = workers_for(src.path, workers)
+        if n > 1:
+            if prescan is not None:
+                chunks = prescan.work_chunks()
+            else:
+                chunks = line_chunks(src.path, src.hashed.sha256)
+            prefix = spool.part_prefix() if dest is not None else None
+            for outcomes, part in parallel_outcomes(src.path, chunks, _sft_outcome, plan, n, prefix):
+                for outcome in outcomes:
+                    tally.consume(outcome)
+                if part:
+                    spool.append_part(part)
+            return
+        rows = read_jsonl(src.path) if prescan is not None else src.rows
+    else:
+        rows = src.rows
+    for raw in rows:
+        tally.consume(_sft_outcome(raw, plan))
+
+
+def export_dataset(source, output=None, *, system_prompt=None, tools=None, strip_think=True, validate=True,
+                   mask_mode="assistant", unroll=False, max_tool_output_chars=None, format="openai",
+                   workers=None):
+    """Spec 5: export training rows as JSONL behind the round-trip and leak gates; returns the report.
+
+    ``workers`` (ours): processes for a large JSONL path source; None picks by file size and cores
+    (or ``$WHILEAI_PIPELINE_WORKERS``), 1 forces one process. The output is the same bytes either way.
+    """
+    started = time.perf_counter()
+    check_format(format)
+    check_mask_mode(mask_mode)
+    src = resolve_source(source, system_prompt, tools)
+    dest = destination(output, src.path)
+    if dest is not None and src.path is not None:
+        refuse_source(dest, src.path)
+    plan = _SftPlan(src.system, src.tools, strip_think, mask_mode, unroll, max_tool_output_chars, format)
+    prescan = stamp = None
+    if plan.grouping and _rereadable(src.rows):
+        stamp = _file_stamp(src.path)
+        if src.hashed is not None:
+            from .parallel import CHUNK_BYTES
+
+            prescan = _Prescan(path=src.path, hasher=src.hashed.sha256, chunk_bytes=CHUNK_BYTES)
+        else:
+            prescan = _Prescan(rows=src.rows)
+    spool = Spool(dest)
+    try:
+        tally = _SftTally(plan, spool, prescan)
+        _run_pass(src, plan, tally, spool, prescan, workers, dest)
+        if stamp is not None and _file_stamp(src.path) != stamp:
+            raise ExportError(f"source_changed: {src.path} changed while it was being exported; nothing was "
+                              "written. Export again once the file is complete.")
+        tally.schema.raise_if_bad()
+        report = _sft_report(tally, src, plan, max_tool_output_chars)
+
+        roundtrip, leaks = tally.roundtrip, tally.leaks
+        if validate and roundtrip.invalid:
+            rt = report["tool_call_roundtrip"]
+            raise RoundtripInvalidError(
+                f"tool_call_roundtrip_invalid: {rt['invalid']} of {rt['checked']} tool calls do not parse back to "
+                f"structured arguments (rows {rt['rows']}); training on them teaches string-wrapped arguments. "
+                "Fix the rows or pass validate=False.", finish(report, started))
+        if validate and leaks.n_leaked:
+            raise PrivilegedLeakError(_leak_message(leaks), finish(report, started))
+
+        if dest is not None:
+            suffix_of_row = None
+            groups, row_groups = tally.groups, tally.row_groups
+            if prescan is None and groups is not None and groups.active:
+                fields = [b"," + dumps(f)[1:-1] for f in groups.finish()]
+                suffix_of_row = lambda i: fields[row_groups[i]] if row_groups[i] >= 0 else b""  # noqa: E731
+            report["path"] = str(dest)
+            report["n_written"] = tally.n_out
+            report["sha256"] = spool.publish(suffix_of_row)
+        return finish(report, started)
+    finally:
+        spool.discard()
+
+
+def _file_stamp(path):
+    if path is None:
+        return None
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+def _sft_report(tally, src, plan, max_tool_output_chars):
+    t = tally
+    report = {
+        "n": t.n_out,
+        "format": plan.format,
+        "with_system": t.with_system,
+        "with_tools": t.with_tools,
+        "groups": t.groups.n_groups if t.groups is not None else 0,
+        "tool_call_roundtrip": t.roundtrip.report(),
+        "mask_mode": "final (unrolled)" if plan.unroll else plan.mask_mode,
+        "unrolled": plan.unroll,
+        "max_tool_output_chars": max_tool_output_chars,
+        "tool_output_truncated": t.truncated,
+        "tool_output_chars_cut": t.chars_cut,
+        "trained_messages": t.trained,
+        "masked_messages": t.masked,
+        "privileged_leaks": t.leaks.export_report(),
+        "rewards": t.rewards,
+    }
+    warnings = []
+    if t.leaks.n_leaked:
+        warnings.append(
+            f"{t.leaks.n_leaked} of {t.leaks.n_checked} rows quote their own privileged context in an assistant "
+            "turn and are exported anyway (validate=False); report['privileged_leaks']['leaked'] names them.")
+    if t.n_length_cut:
+        warnings.append(
+            f"{t.n_length_cut} of {t.rows_read} rows were cut by the reply token cap (finish_reason 'length') and "
+            "are exported as SFT targets; a model trained on them learns to stop mid-thought. Filter on "
+            "finish_reason == 'stop' or raise agent_max_tokens=.")
+    if t.rewards["n_fail"]:
+        warnings.append(
+            f"{t.rewards['n_fail']} of {t.n_out} rows have reward below 0.5 and are exported as SFT targets; a "
+            "model trained on them learns the failure. Pass `scored.passes()` (or filter on reward) unless "
+            "that is intended.")
+    if t.rows_with_calls and not src.tools:
+        warnings.append(
+            f"{t.rows_with_calls} of {t.n_out} rows make tool calls but were exported without tool schemas; "
+            "the trainer cannot show the model the tools it calls. Pass tools=, or keep the run's "
+            "<name>.meta.json sidecar beside the file.")
+    if t.rows_with_calls and not src.system:
+        warnings.append(
+            f"{t.rows_with_calls} of {t.n_out} rows make tool calls but were exported without a system "
+            "prompt. Pass system_prompt=, or keep the run's <name>.meta.json sidecar beside the file.")
+    if t.dropped:
+        warnings.append(
+            f"{t.dropped} rows have no assistant turn after the first message and were dropped: a TRL "
+            "prompt/completion row needs a completion to train on.")
+    if warnings:
+        report["warnings"] = warnings
+    if t.dropped:
+        report["no_completion_dropped"] = t.dropped
+    if plan.trl:
+        report["trl_loss"] = TRL_LOSS_COMPLETION if plan.completion_rows else TRL_LOSS_MESSAGES
+    report["system_prompt_source"] = src.system_source
+    report["tools_source"] = src.tools_source
+    report["rows_read"] = t.rows_read
+    if src.path is not None:
+        report["source_path"] = str(src.path)
+        if src.sha256 is not None:
+            report["source_sha256"] = src.sha256
+    return report
+
+
+def _leak_message(leaks):
+    return (
+        f"privileged_leak: {leaks.n_leaked} of {leaks.n_checked} rows quote their own privileged context "
+        "(reference, principle or hidden state) in an assistant turn; the export scrubs the key, not the reply, "
+        "so training on them teaches the model to say what only the grader was told. Drop those rows "
+        "(leak_report(...)['leaked'] names them) or pass validate=False."
+    )
+
+
+export_training = export_dataset
