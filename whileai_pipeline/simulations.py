@@ -6,7 +6,7 @@ surface (see the spec), with the improvements in DECISIONS.md. Pure Python: no D
 
 from .core.conversation import conversation
 from .core.errors import (BadJsonlError, ExportError, GateError, NoPreferencePairsError, OutputIsSourceError,
-                          PrivilegedLeakError, RoundtripInvalidError, SchemaInvalidError)
+                          PrivilegedLeakError, RoundtripInvalidError, SchemaInvalidError, WriteFailedError)
 from .core.export import (export_dataset, export_preference, export_training, iter_training_rows,
                           training_rows)
 from .core.gates import leak_report, scrub, tool_call_roundtrip
@@ -24,5 +24,5 @@ __all__ = [
     "OutputIsSourceError", "PrivilegedLeakError", "Profile", "RoundtripInvalidError", "Run", "SchemaInvalidError",
     "build_preference_pairs", "conversation", "export_dataset", "export_preference", "export_training",
     "iter_training_rows", "judge_pairs", "leak_report", "load_run", "loss_mask", "read_jsonl", "scrub",
-    "sidecar_path", "to_trl", "tool_call_roundtrip", "training_rows", "write_jsonl",
+    "sidecar_path", "to_trl", "tool_call_roundtrip", "training_rows", "write_jsonl", "WriteFailedError",
 ]

@@ -22,6 +22,17 @@ class BadJsonlError(ExportError):
         return type(self), (self.path, self.line, self.reason)
 
 
+class WriteFailedError(ExportError):
+    """Writing the output failed (disk full, no permission, ...); nothing was published."""
+
+    def __init__(self, dest, exc):
+        self.dest = str(dest)
+        super().__init__(
+            f"write_failed: {dest}: {exc.strerror or exc}; nothing was published and any previous file "
+            "there is unchanged. Free disk space or choose a writable output directory, then export again."
+        )
+
+
 class OutputIsSourceError(ExportError):
     """The output path names the file being read (DECISIONS 4)."""
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from .errors import BadJsonlError
+from .errors import BadJsonlError, WriteFailedError
 
 _BOM = b"\xef\xbb\xbf"
 _DUMP_OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
@@ -160,6 +160,50 @@ def sha256_file(path, chunk=1 << 20) -> str:
     return h.hexdigest()
 
 
+def temp_beside(dest, kind="tmp"):
+    """Create a temp file in ``dest``'s directory, named ``.<name>.<pid>.<random>.<kind>.tmp``.
+
+    The pid in the name lets a later run tell a crashed writer's leftovers (``clean_stale_temps``)
+    from a live writer's file. Returns (fd, path).
+    """
+    dest = Path(dest)
+    clean_stale_temps(dest)
+    return tempfile.mkstemp(prefix=f".{dest.name}.{os.getpid()}.", suffix=f".{kind}{TMP_SUFFIX}", dir=dest.parent)
+
+
+def clean_stale_temps(dest) -> list:
+    """Delete temp files a killed writer left beside ``dest`` (their pid is gone); returns their names."""
+    dest = Path(dest)
+    removed = []
+    prefix = f".{dest.name}."
+    try:
+        names = os.listdir(dest.parent)
+    except OSError:
+        return removed
+    for name in names:
+        if not (name.startswith(prefix) and name.endswith(TMP_SUFFIX)):
+            continue
+        pid = name[len(prefix):].split(".", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(dest.parent / name)
+            removed.append(name)
+    return removed
+
+
+def _alive(pid) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @contextlib.contextmanager
 def atomic_file(dest):
     """Open a temporary file beside ``dest`` for binary writing; rename it onto ``dest`` on success.
@@ -168,14 +212,23 @@ def atomic_file(dest):
     before the rename so a crash leaves either the old file or the complete new one.
     """
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=TMP_SUFFIX, dir=dest.parent)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = temp_beside(dest, "write")
+    except OSError as exc:
+        raise WriteFailedError(dest, exc) from exc
     try:
         with os.fdopen(fd, "wb", buffering=1 << 20) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, dest)
+            try:
+                yield fh
+                fh.flush()
+                os.fsync(fh.fileno())
+            except OSError as exc:
+                raise WriteFailedError(dest, exc) from exc
+        try:
+            os.replace(tmp, dest)
+        except OSError as exc:
+            raise WriteFailedError(dest, exc) from exc
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

@@ -2,12 +2,12 @@
 
 import contextlib
 import os
-import tempfile
 import time
 from pathlib import Path
 
-from .errors import OutputIsSourceError
-from .jsonl import TMP_SUFFIX, atomic_file, sha256_file, splice
+from .errors import OutputIsSourceError, WriteFailedError
+from .jsonl import atomic_file, sha256_file, splice, temp_beside
+
 
 def destination(output, source_path):
     if output:
@@ -45,15 +45,23 @@ class Spool:
         self.fh = None
         self.has_tail = False
         if dest is not None:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            fd, self.tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".spool" + TMP_SUFFIX,
-                                            dir=dest.parent)
+            try:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                fd, self.tmp = temp_beside(dest, "spool")
+            except OSError as exc:
+                raise WriteFailedError(dest, exc) from exc
             self.fh = os.fdopen(fd, "wb", buffering=1 << 20)
 
     def write(self, body, tail=b"", suffix=None):
         """Write one row; with ``suffix`` (its group fields, known from a pre-scan) the line is final."""
         if self.fh is None:
             return
+        try:
+            self._write(body, tail, suffix)
+        except OSError as exc:
+            raise WriteFailedError(self.dest, exc) from exc
+
+    def _write(self, body, tail, suffix):
         if suffix is not None:
             self.fh.write(splice(body, suffix, tail) + b"\n")
         elif tail:
@@ -70,7 +78,10 @@ class Spool:
         """Append a worker's finished lines (a part file) to the output, then delete the part."""
         from .parallel import append_file
 
-        append_file(self.fh, part)
+        try:
+            append_file(self.fh, part)
+        except OSError as exc:
+            raise WriteFailedError(self.dest, exc) from exc
 
     def discard(self):
         if self.fh is not None:
@@ -81,6 +92,12 @@ class Spool:
 
     def publish(self, suffix_of_row=None):
         """Write the final file (splicing group fields and tails when needed); returns its SHA-256."""
+        try:
+            return self._publish(suffix_of_row)
+        except OSError as exc:
+            raise WriteFailedError(self.dest, exc) from exc
+
+    def _publish(self, suffix_of_row):
         self.fh.close()
         self.fh = None
         try:

@@ -15,6 +15,7 @@ import orjson
 from dataclasses import dataclass
 
 from .conversation import conversation
+from .gates import scrub
 from .text import normalize, text
 
 MIN_MARGIN_ERROR = "min_margin must be positive; equal scores carry no preference"
@@ -179,8 +180,9 @@ def pair_fields(c, r, chosen, rejected):
         "same_policy": same,
         "length_delta": c.length - r.length,
         "first_turn_differs": c.first_turn != r.first_turn,
-        "chosen_reason": text(chosen.get("reason") or ""),
-        "rejected_reason": text(rejected.get("reason") or ""),
+        # scrubbed before text(): a reason object must not smuggle its privileged block into a string
+        "chosen_reason": text(scrub(chosen.get("reason")) or ""),
+        "rejected_reason": text(scrub(rejected.get("reason")) or ""),
         "rejected_failure_class": rejected.get("failure_class"),
         "lineage": {"chosen": chosen.get("lineage"), "rejected": rejected.get("lineage")},
     }

@@ -38,13 +38,14 @@ def export_preference(pairs, output=None, *, system_prompt=None, tools=None, str
     trl = format == "trl"
     roundtrip, leaks = RoundtripGate(format), LeakGate()
     schema = SchemaCheck("export_preference")
-    n_entries = bad = ties = dropped = n_out = rejected_quoting = 0
+    n_entries = skipped = bad = ties = dropped = n_out = rejected_quoting = 0
     deltas = longer = identical = 0
     margins = []
     spool = Spool(dest)
     try:
         for item in src.rows:
             if not isinstance(item, dict):
+                skipped += 1
                 continue
             n_entries += 1
             if not (isinstance(item.get("chosen"), dict) and isinstance(item.get("rejected"), dict)):
@@ -128,7 +129,8 @@ def export_preference(pairs, output=None, *, system_prompt=None, tools=None, str
                 "negatives (DPO pushes them down), but a grader that rewards such replies needs a look.")
         report["system_prompt_source"] = src.system_source
         report["tools_source"] = src.tools_source
-        report["rows_read"] = n_entries
+        report["rows_read"] = n_entries + skipped
+        report["rows_skipped"] = skipped
         if src.path is not None:
             report["source_path"] = str(src.path)
             report["source_sha256"] = src.sha256

@@ -60,7 +60,10 @@ def read_sidecar(path):
     meta = sidecar_path(path)
     if not meta.is_file():
         return None, None, None
-    data = read_json(meta)
+    try:
+        data = read_json(meta)
+    except ValueError as exc:
+        raise ValueError(f"bad_sidecar: {meta}: not valid JSON ({exc}); fix or delete the sidecar") from None
     if not isinstance(data, dict):
         raise ValueError(f"bad_sidecar: {meta}: expected a JSON object with system_prompt and tools, "
                          f"got {type(data).__name__}; fix or delete the sidecar")

@@ -102,13 +102,14 @@ class _SftTally:
         self.roundtrip, self.leaks = RoundtripGate(plan.format), LeakGate()
         self.schema = SchemaCheck("training_rows")
         self.rewards = {"n_pass": 0, "n_fail": 0, "n_ungraded": 0}
-        self.rows_read = self.n_entries = self.n_out = self.n_length_cut = self.dropped = 0
+        self.rows_read = self.rows_skipped = self.n_entries = self.n_out = self.n_length_cut = self.dropped = 0
         self.with_system = self.with_tools = self.rows_with_calls = 0
         self.truncated = self.chars_cut = self.trained = self.masked = 0
 
     def consume(self, outcome):
         self.rows_read += 1
         if outcome is None:
+            self.rows_skipped += 1
             return
         leak, length_cut, entries = outcome
         self.leaks.record(leak)
@@ -372,6 +373,7 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
     report["system_prompt_source"] = src.system_source
     report["tools_source"] = src.tools_source
     report["rows_read"] = t.rows_read
+    report["rows_skipped"] = t.rows_skipped  # lines that were JSON but not an object
     if src.path is not None:
         report["source_path"] = str(src.path)
         if src.sha256 is not None:
