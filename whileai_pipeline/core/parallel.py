@@ -72,7 +72,7 @@ def line_chunks(path, hasher=None, chunk_bytes=None):
 
 
 def _work(path, chunk, fn, plan, part):
-    """Outcomes of one chunk's rows; their output lines go to ``part`` (bodies dropped from the facts)."""
+    """(line, outcome) of one chunk's rows; their output lines go to ``part`` (bodies dropped from the facts)."""
     with open(path, "rb") as fh:
         fh.seek(chunk.start)
         data = fh.read(chunk.end - chunk.start)
@@ -102,7 +102,7 @@ def _work(path, chunk, fn, plan, part):
                         written = (facts, None, None)
                     entries.append((problems, group, written))
                 outcome = (outcome[0], outcome[1], entries)
-            outcomes.append(outcome)
+            outcomes.append((lineno, outcome))
             row += 1
     except BaseException:
         if out is not None:

@@ -84,14 +84,22 @@ class SchemaCheck:
     def __init__(self, where):
         self.where = where
         self.bad = []
+        self.first_source = None
 
-    def add(self, index, problems):
+    def add(self, index, problems, source=None):
+        """Record row ``index``'s problems; ``source`` ("path:line") says where the first bad row came from."""
         if problems and len(self.bad) < MESSAGE_EXAMPLES:
             self.bad.append(f"{index}:{','.join(problems)}")
+            if self.first_source is None and source is not None:
+                self.first_source = source
 
     def raise_if_bad(self):
         if self.bad:
-            raise SchemaInvalidError(f"schema_invalid in {self.where}: {'; '.join(self.bad)}")
+            where = f" (first bad row from {self.first_source})" if self.first_source else ""
+            raise SchemaInvalidError(
+                f"schema_invalid in {self.where}: {'; '.join(self.bad)}{where}. A training row needs a non-empty "
+                "conversation: give each row a prompt, steps or messages (or pass system_prompt=), and fix or "
+                "drop the rows named.")
 
 
 def iter_training_rows(source, *, system_prompt=None, tools=None, strip_think=True,

@@ -18,7 +18,7 @@ from .errors import ExportError, PrivilegedLeakError, RoundtripInvalidError
 from .gates import (ENCODINGS, LeakGate, RoundtripGate, check_format, count_tool_calls, leak_outcome,
                     row_conversation_messages, scrub)
 from .groups import GroupStats, numeric_reward, row_summary
-from .jsonl import _BLANK, dumps, iter_jsonl_lines, read_jsonl
+from .jsonl import _BLANK, dumps, iter_jsonl, iter_jsonl_lines
 from .masks import check_mask_mode
 from .output import Spool, destination, finish, refuse_source
 from .rows import PASS_THRESHOLD, SchemaCheck, convert_row, training_problems
@@ -94,8 +94,9 @@ def _reward_class(reward):
 class _SftTally:
     """Adds up row outcomes in source order: gates, schema check, groups, counters, spool lines."""
 
-    def __init__(self, plan, spool, prescan=None):
+    def __init__(self, plan, spool, prescan=None, source_path=None):
         self.plan, self.spool = plan, spool
+        self.source_path = source_path
         self.prescan = prescan
         self.groups = prescan.groups if prescan is not None else (GroupStats() if plan.grouping else None)
         self.row_groups = array.array("q")
@@ -106,7 +107,8 @@ class _SftTally:
         self.with_system = self.with_tools = self.rows_with_calls = 0
         self.truncated = self.chars_cut = self.trained = self.masked = 0
 
-    def consume(self, outcome):
+    def consume(self, outcome, line=None):
+        """Add one source row's outcome; ``line`` is its line number when the source is a file."""
         self.rows_read += 1
         if outcome is None:
             self.rows_skipped += 1
@@ -115,7 +117,7 @@ class _SftTally:
         self.leaks.record(leak)
         self.n_length_cut += length_cut
         for problems, group, written in entries:
-            self.schema.add(self.n_entries, problems)
+            self.schema.add(self.n_entries, problems, line and f"{self.source_path}:{line}")
             self.n_entries += 1
             if self.prescan is not None:
                 g = self.prescan.group_of_row(self.rows_read - 1)
@@ -239,15 +241,16 @@ def _run_pass(src, plan, tally, spool, prescan, workers, dest):
                 chunks = line_chunks(src.path, src.hashed.sha256)
             prefix = spool.part_prefix() if dest is not None else None
             for outcomes, part in parallel_outcomes(src.path, chunks, _sft_outcome, plan, n, prefix):
-                for outcome in outcomes:
-                    tally.consume(outcome)
+                for line, outcome in outcomes:
+                    tally.consume(outcome, line)
                 if part:
                     spool.append_part(part)
             return
-        rows = read_jsonl(src.path) if prescan is not None else src.rows
-    else:
-        rows = src.rows
-    for raw in rows:
+        hasher = None if prescan is not None else src.hashed.sha256
+        for line, raw in iter_jsonl(src.path, hasher):
+            tally.consume(_sft_outcome(raw, plan), line)
+        return
+    for raw in src.rows:
         tally.consume(_sft_outcome(raw, plan))
 
 
@@ -278,7 +281,7 @@ def export_dataset(source, output=None, *, system_prompt=None, tools=None, strip
             prescan = _Prescan(rows=src.rows)
     spool = Spool(dest)
     try:
-        tally = _SftTally(plan, spool, prescan)
+        tally = _SftTally(plan, spool, prescan, src.path)
         _run_pass(src, plan, tally, spool, prescan, workers, dest)
         if stamp is not None and _file_stamp(src.path) != stamp:
             raise ExportError(f"source_changed: {src.path} changed while it was being exported; nothing was "

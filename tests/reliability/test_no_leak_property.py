@@ -1,0 +1,82 @@
+"""Issue 6.5: privileged context never leaves in metadata, and quoting replies are always caught."""
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import whileai_pipeline.simulations as wai
+from whileai_pipeline.core.gates import BLOCKED_KEYS
+
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+CONVERSATION_KEYS = {"messages", "chosen", "rejected", "prompt", "completion"}
+
+blocked = st.sampled_from(sorted(BLOCKED_KEYS))
+secret = st.text(alphabet="abcdefghij klmnop", min_size=12, max_size=40).filter(lambda s: len(" ".join(s.split())) >= 12)
+leafy = st.one_of(st.integers(), st.text(max_size=8), secret)
+nested = st.recursive(
+    leafy,
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(st.one_of(blocked, st.sampled_from(["a", "b", "note"])), inner,
+                                            max_size=3)),
+    max_leaves=8,
+)
+
+
+@st.composite
+def rows(draw):
+    reference = draw(secret)
+    quote = draw(st.booleans())
+    final = f"As noted, {reference}." if quote else "I checked the order."
+    row = {
+        "prompt": draw(st.sampled_from(["Refund A", "Cancel B"])),
+        "scenario_id": draw(st.sampled_from(["s1", "s2"])),
+        "reward": draw(st.sampled_from([0, 1])),
+        "steps": [{"tool": "lookup", "arguments": {"id": 1, "reference": "tool field"},
+                   "result": {"hidden_state": draw(nested)}}],
+        "final_text": final,
+        "privileged": {"reference": reference, "hidden_state": {"world_state": draw(nested)}},
+        "lineage": {"source": "grade", "extra": draw(nested), draw(blocked): draw(nested)},
+        "reason": draw(st.one_of(st.text(max_size=10), st.dictionaries(blocked, nested, max_size=2))),
+        "faults": {"lookup": {"privileged": draw(nested)}},
+        "usage": draw(st.dictionaries(st.one_of(blocked, st.just("tokens")), nested, max_size=2)),
+    }
+    return row, quote
+
+
+def _metadata_keys(value, out):
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out.add(key)
+            _metadata_keys(item, out)
+    elif isinstance(value, list):
+        for item in value:
+            _metadata_keys(item, out)
+    return out
+
+
+def _assert_clean(path):
+    for line in path.read_bytes().splitlines():
+        row = orjson.loads(line)
+        meta = {k: v for k, v in row.items() if k not in CONVERSATION_KEYS}
+        leaked = _metadata_keys(meta, set()) & BLOCKED_KEYS
+        assert not leaked, f"blocked keys in exported metadata: {leaked}"
+
+
+@SETTINGS
+@given(batch=st.lists(rows(), min_size=1, max_size=6), fmt=st.sampled_from(["openai", "trl"]))
+def test_no_blocked_key_in_metadata_and_every_quote_caught(tmp_path, batch, fmt):
+    raw = [r for r, _ in batch]
+    quoting = sum(q for _, q in batch)
+    sft = wai.export_dataset(raw, tmp_path / "sft.jsonl", format=fmt, validate=False)
+    assert sft["privileged_leaks"]["n_leaked"] == quoting
+    _assert_clean(tmp_path / "sft.jsonl")
+    pairs, _ = wai.build_preference_pairs(raw, max_pairs_per_prompt=3)
+    if pairs:
+        for pair in pairs:
+            pair["pairwise"] = {"winner": "chosen", "reasons": [{"privileged": {"reference": "x" * 20}}]}
+        dpo = wai.export_preference(pairs, tmp_path / "dpo.jsonl", format=fmt, validate=False)
+        chosen_quoting = sum(
+            1 for p in pairs if p["chosen"]["final_text"].startswith("As noted,"))
+        assert dpo["privileged_leaks"]["n_leaked"] == chosen_quoting
+        _assert_clean(tmp_path / "dpo.jsonl")
