@@ -69,7 +69,7 @@ def arguments_are_structured(arguments, encoding: str) -> bool:
     """True when the arguments parse back to a JSON object (the round-trip gate's test)."""
     if encoding == "json_string" and isinstance(arguments, str):
         try:
-            arguments = strict_loads(arguments)
+            return isinstance(strict_loads(arguments), dict)  # strict JSON cannot hold NaN/Infinity
         except orjson.JSONDecodeError:
             return False
     return isinstance(arguments, dict) and not has_nonfinite(arguments)
@@ -78,7 +78,9 @@ def arguments_are_structured(arguments, encoding: str) -> bool:
 # ---------------------------------------------------------------- content
 
 def strip_think_blocks(content: str) -> str:
-    return _THINK.sub("", content).strip()
+    if "<" in content:  # no tag, no regex: most replies have none
+        content = _THINK.sub("", content)
+    return content.strip()
 
 
 def content_text(content) -> str:
@@ -134,10 +136,14 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
     pending = deque()
     counter = 0
     for message in messages or ():
-        if not isinstance(message, dict):
+        if type(message) is not dict and not isinstance(message, dict):
             continue
-        role = text(message.get("role") or "")
-        content = content_text(message.get("content"))
+        role = message.get("role") or ""
+        if type(role) is not str:
+            role = str(role)
+        content = message.get("content")
+        if type(content) is not str:
+            content = content_text(content)
         if role == "assistant":
             if strip_think:
                 content = strip_think_blocks(content)
