@@ -1,0 +1,402 @@
+"""The training-file validator (whileai_pipeline.core.openai_format) on hand-written rows.
+
+Pure Python: no consumer package needed, so these run in every test run (no `consumers` marker).
+Every rule has a row that breaks it and the code it must be reported under.
+"""
+
+import copy
+import json
+
+import pytest
+
+from whileai_pipeline.core.openai_format import (
+    FORMATS,
+    format_report,
+    validate_file,
+    validate_row,
+    validate_rows,
+)
+
+TOOLS = [{"type": "function", "function": {
+    "name": "lookup_order", "description": "Look an order up.",
+    "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}}}]
+
+
+def openai_good():
+    return {
+        "messages": [
+            {"role": "system", "content": "Be exact."},
+            {"role": "user", "content": "Where is order 7?"},
+            {"role": "assistant", "content": None, "weight": 0, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "lookup_order", "arguments": "{\"id\":7}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "name": "lookup_order", "content": "{\"status\": \"shipped\"}"},
+            {"role": "assistant", "content": "It shipped.", "weight": 1},
+        ],
+        "tools": copy.deepcopy(TOOLS),
+        "parallel_tool_calls": False,
+    }
+
+
+def openai_dpo_good():
+    return {
+        "input": {"messages": [{"role": "user", "content": "Where is order 7?"}], "tools": copy.deepcopy(TOOLS)},
+        "preferred_output": [{"role": "assistant", "content": "Let me look.", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "lookup_order", "arguments": "{\"id\": 7}"}}]}],
+        "non_preferred_output": [{"role": "assistant", "content": "It probably shipped."}],
+    }
+
+
+def our_pref_good():
+    good = openai_good()["messages"]
+    for m in good:
+        m.pop("weight", None)
+    return {"prompt": "Where is order 7?", "chosen": good,
+            "rejected": good[:2] + [{"role": "assistant", "content": "No idea."}],
+            "tools": copy.deepcopy(TOOLS), "margin": 1.0, "schema_version": "1"}
+
+
+def trl_messages_good():
+    return {"messages": [
+        {"role": "system", "content": "Be exact."},
+        {"role": "user", "content": "Where is order 7?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "lookup_order", "arguments": {"id": 7}}}]},
+        {"role": "tool", "name": "lookup_order", "tool_call_id": "call_1", "content": "shipped"},
+        {"role": "assistant", "content": "It shipped."},
+    ], "tools": copy.deepcopy(TOOLS), "reward": 1}
+
+
+def trl_completion_good():
+    messages = trl_messages_good()["messages"]
+    return {"prompt": messages[:2], "completion": messages[2:], "tools": copy.deepcopy(TOOLS)}
+
+
+def trl_pref_good():
+    messages = trl_messages_good()["messages"]
+    return {"prompt": messages[:2], "chosen": messages[2:],
+            "rejected": [{"role": "assistant", "content": "No idea."}], "tools": copy.deepcopy(TOOLS)}
+
+
+GOOD = [
+    ("openai", openai_good, "messages"),
+    ("openai", openai_dpo_good, "openai_preference"),
+    ("openai", our_pref_good, "preference"),
+    ("trl", trl_messages_good, "messages"),
+    ("trl", trl_completion_good, "prompt_completion"),
+    ("trl", trl_pref_good, "preference"),
+]
+
+
+@pytest.mark.parametrize("fmt,make,shape", GOOD, ids=[f"{f}-{m.__name__}" for f, m, _ in GOOD])
+def test_good_rows_pass(fmt, make, shape):
+    got_shape, problems = validate_row(make(), fmt)
+    assert got_shape == shape
+    assert [p for p in problems if p["severity"] == "error"] == []
+
+
+def msg(row, i):
+    return row["messages"][i]
+
+
+def call(row, i=2, j=0):
+    return row["messages"][i]["tool_calls"][j]
+
+
+# (id, format, factory, mutation, expected code, expected where)
+def _m(fn):
+    return fn
+
+
+BAD = [
+    # ---- row shape
+    ("not_object", "openai", lambda: [1, 2], None, "not_an_object", ""),
+    ("no_messages", "openai", lambda: {"text": "hi"}, None, "unknown_shape", ""),
+    ("messages_not_list", "openai", openai_good, lambda r: r.update(messages="hi"), "messages_not_list", "messages"),
+    ("messages_empty", "openai", openai_good, lambda r: r.update(messages=[]), "messages_empty", "messages"),
+    ("message_not_object", "openai", openai_good, lambda r: r["messages"].insert(0, "hi"), "message_not_object",
+     "messages[0]"),
+    # ---- roles and keys
+    ("role_unknown", "openai", openai_good, lambda r: msg(r, 0).update(role="developer"), "role", "messages[0].role"),
+    ("role_missing", "trl", trl_messages_good, lambda r: msg(r, 0).pop("role"), "role", "messages[0].role"),
+    ("message_extra_key", "openai", openai_good, lambda r: msg(r, 1).update(mask=1), "message_unrecognized_key",
+     "messages[1]"),
+    ("no_assistant", "openai", openai_good, lambda r: r.update(messages=r["messages"][:2]), "no_assistant_message",
+     "messages"),
+    ("no_assistant_trl", "trl", trl_messages_good, lambda r: r.update(messages=r["messages"][:2]),
+     "no_assistant_message", "messages"),
+    # ---- content
+    ("content_missing_user", "openai", openai_good, lambda r: msg(r, 1).pop("content"), "content_missing",
+     "messages[1].content"),
+    ("content_null_assistant_no_calls", "openai", openai_good, lambda r: msg(r, 4).update(content=None),
+     "content_missing", "messages[4].content"),
+    ("content_number", "openai", openai_good, lambda r: msg(r, 1).update(content=5), "content_not_string",
+     "messages[1].content"),
+    ("tool_content_parts", "openai", openai_good, lambda r: msg(r, 3).update(content=[{"type": "text", "text": "x"}]),
+     "content_not_string", "messages[3].content"),
+    ("user_content_bad_part", "openai", openai_good, lambda r: msg(r, 1).update(content=[{"type": "audio"}]),
+     "content_part", "messages[1].content[0]"),
+    ("trl_content_dict", "trl", trl_messages_good, lambda r: msg(r, 4).update(content={"a": 1}), "content_not_string",
+     "messages[4].content"),
+    ("name_empty", "openai", openai_good, lambda r: msg(r, 3).update(name=""), "name", "messages[3].name"),
+    # ---- weight
+    ("weight_2", "openai", openai_good, lambda r: msg(r, 4).update(weight=2), "weight", "messages[4].weight"),
+    ("weight_bool", "openai", openai_good, lambda r: msg(r, 4).update(weight=True), "weight", "messages[4].weight"),
+    ("weight_on_user", "openai", openai_good, lambda r: msg(r, 1).update(weight=1), "weight_not_assistant",
+     "messages[1].weight"),
+    # ---- tool calls
+    ("tool_calls_not_list", "openai", openai_good, lambda r: msg(r, 2).update(tool_calls={"id": "x"}),
+     "tool_calls_not_list", "messages[2].tool_calls"),
+    ("tool_calls_empty", "openai", openai_good, lambda r: msg(r, 2).update(tool_calls=[], content="x"),
+     "tool_calls_empty", "messages[2].tool_calls"),
+    ("tool_call_not_object", "openai", openai_good, lambda r: msg(r, 2)["tool_calls"].append("lookup"),
+     "tool_call_not_object", "messages[2].tool_calls[1]"),
+    ("tool_calls_on_user", "openai", openai_good,
+     lambda r: msg(r, 1).update(tool_calls=copy.deepcopy(msg(r, 2)["tool_calls"])), "tool_calls_not_assistant",
+     "messages[1].tool_calls"),
+    ("call_id_missing", "openai", openai_good, lambda r: call(r).pop("id"), "tool_call_id_missing",
+     "messages[2].tool_calls[0].id"),
+    ("call_id_duplicate", "openai", openai_good, lambda r: msg(r, 2)["tool_calls"].append(copy.deepcopy(call(r))),
+     "tool_call_id_duplicate", "messages[2].tool_calls[1].id"),
+    ("call_type_missing", "openai", openai_good, lambda r: call(r).pop("type"), "tool_call_type",
+     "messages[2].tool_calls[0].type"),
+    ("call_type_wrong_trl", "trl", trl_messages_good, lambda r: call(r).update(type="tool"), "tool_call_type",
+     "messages[2].tool_calls[0].type"),
+    ("call_flat", "openai", openai_good, lambda r: msg(r, 2).update(tool_calls=[
+        {"id": "call_1", "type": "function", "name": "lookup_order", "arguments": "{}"}]),
+     "tool_call_function_missing", "messages[2].tool_calls[0].function"),
+    ("function_name_empty", "openai", openai_good, lambda r: call(r)["function"].update(name=""),
+     "function_name_missing", "messages[2].tool_calls[0].function.name"),
+    ("function_name_bad_chars", "openai", openai_good, lambda r: call(r)["function"].update(name="look up!"),
+     "function_name", "messages[2].tool_calls[0].function.name"),
+    ("arguments_missing", "openai", openai_good, lambda r: call(r)["function"].pop("arguments"), "arguments_missing",
+     "messages[2].tool_calls[0].function.arguments"),
+    ("arguments_dict_openai", "openai", openai_good, lambda r: call(r)["function"].update(arguments={"id": 7}),
+     "arguments_not_string", "messages[2].tool_calls[0].function.arguments"),
+    ("arguments_not_json", "openai", openai_good, lambda r: call(r)["function"].update(arguments="{id: 7}"),
+     "arguments_not_json", "messages[2].tool_calls[0].function.arguments"),
+    ("arguments_nan", "openai", openai_good, lambda r: call(r)["function"].update(arguments='{"x": NaN}'),
+     "arguments_not_json", "messages[2].tool_calls[0].function.arguments"),
+    ("arguments_list", "openai", openai_good, lambda r: call(r)["function"].update(arguments="[1, 2]"),
+     "arguments_not_object", "messages[2].tool_calls[0].function.arguments"),
+    ("arguments_double_encoded", "openai", openai_good,
+     lambda r: call(r)["function"].update(arguments=json.dumps('{"id": 7}')),
+     "arguments_not_object", "messages[2].tool_calls[0].function.arguments"),
+    ("arguments_string_trl", "trl", trl_messages_good, lambda r: call(r)["function"].update(arguments='{"id": 7}'),
+     "arguments_not_object", "messages[2].tool_calls[0].function.arguments"),
+    ("parallel_false_two_calls", "openai", openai_good, lambda r: msg(r, 2)["tool_calls"].append(
+        {"id": "call_2", "type": "function", "function": {"name": "lookup_order", "arguments": "{\"id\":8}"}}),
+     "parallel_tool_calls", "messages[2].tool_calls"),
+    ("parallel_not_bool", "openai", openai_good, lambda r: r.update(parallel_tool_calls="no"),
+     "parallel_tool_calls_type", "parallel_tool_calls"),
+    # ---- tool messages
+    ("tool_call_id_absent", "openai", openai_good, lambda r: msg(r, 3).pop("tool_call_id"), "tool_call_id_missing",
+     "messages[3].tool_call_id"),
+    ("tool_call_id_unknown", "openai", openai_good, lambda r: msg(r, 3).update(tool_call_id="call_9"),
+     "tool_call_id_unknown", "messages[3].tool_call_id"),
+    ("tool_before_call", "openai", openai_good,
+     lambda r: r["messages"].insert(2, copy.deepcopy(msg(r, 3))), "tool_call_id_unknown",
+     "messages[2].tool_call_id"),
+    ("tool_answered_twice", "openai", openai_good,
+     lambda r: r["messages"].insert(4, copy.deepcopy(msg(r, 3))), "tool_call_id_not_pending",
+     "messages[4].tool_call_id"),
+    ("tool_call_unanswered", "openai", openai_good, lambda r: r["messages"].pop(3), "tool_call_unanswered",
+     "messages[3]"),
+    ("tool_call_id_unknown_trl", "trl", trl_messages_good, lambda r: msg(r, 3).update(tool_call_id="nope"),
+     "tool_call_id_unknown", "messages[3].tool_call_id"),
+    # ---- tools schema
+    ("tools_not_list", "openai", openai_good, lambda r: r.update(tools={"type": "function"}), "tools_not_list",
+     "tools"),
+    ("tool_not_object", "openai", openai_good, lambda r: r["tools"].append("lookup_order"), "tool_not_object",
+     "tools[1]"),
+    ("tool_type", "openai", openai_good, lambda r: r["tools"][0].update(type="retrieval"), "tool_type",
+     "tools[0].type"),
+    ("tool_function_missing", "openai", openai_good, lambda r: r["tools"][0].pop("function"), "tool_function_missing",
+     "tools[0].function"),
+    ("tool_name_missing", "openai", openai_good, lambda r: r["tools"][0]["function"].pop("name"), "tool_name",
+     "tools[0].function.name"),
+    ("tool_name_duplicate", "openai", openai_good, lambda r: r["tools"].append(copy.deepcopy(r["tools"][0])),
+     "tool_name_duplicate", "tools[1].function.name"),
+    ("tool_description_number", "openai", openai_good, lambda r: r["tools"][0]["function"].update(description=3),
+     "tool_description", "tools[0].function.description"),
+    ("tool_strict_string", "openai", openai_good, lambda r: r["tools"][0]["function"].update(strict="yes"),
+     "tool_strict", "tools[0].function.strict"),
+    ("parameters_string", "openai", openai_good,
+     lambda r: r["tools"][0]["function"].update(parameters='{"type": "object"}'), "parameters_not_object",
+     "tools[0].function.parameters"),
+    ("parameters_type_array", "openai", openai_good,
+     lambda r: r["tools"][0]["function"]["parameters"].update(type="array"), "parameters_type",
+     "tools[0].function.parameters.type"),
+    ("parameters_properties_list", "openai", openai_good,
+     lambda r: r["tools"][0]["function"]["parameters"].update(properties=["id"]), "parameters_properties",
+     "tools[0].function.parameters.properties"),
+    ("parameters_property_string", "openai", openai_good,
+     lambda r: r["tools"][0]["function"]["parameters"]["properties"].update(id="integer"), "parameters_property",
+     "tools[0].function.parameters.properties.id"),
+    ("parameters_required_unknown", "openai", openai_good,
+     lambda r: r["tools"][0]["function"]["parameters"].update(required=["order"]), "parameters_required",
+     "tools[0].function.parameters.required"),
+    ("parameters_required_not_list", "trl", trl_messages_good,
+     lambda r: r["tools"][0]["function"]["parameters"].update(required="id"), "parameters_required",
+     "tools[0].function.parameters.required"),
+    # ---- OpenAI's DPO shape
+    ("dpo_input_not_object", "openai", openai_dpo_good, lambda r: r.update(input=[]), "input_not_object", "input"),
+    ("dpo_input_extra_key", "openai", openai_dpo_good, lambda r: r["input"].update(system="x"),
+     "input_unrecognized_key", "input.system"),
+    ("dpo_two_outputs", "openai", openai_dpo_good,
+     lambda r: r["preferred_output"].append({"role": "assistant", "content": "x"}), "output_not_single_message",
+     "preferred_output"),
+    ("dpo_output_user", "openai", openai_dpo_good,
+     lambda r: r.update(non_preferred_output=[{"role": "user", "content": "x"}]), "output_not_assistant",
+     "non_preferred_output[0].role"),
+    # ---- this project's preference rows, openai format
+    ("pref_side_missing", "openai", our_pref_good, lambda r: r.pop("rejected"), "side_missing", "rejected"),
+    ("pref_prompt_list", "openai", our_pref_good, lambda r: r.update(prompt=[{"role": "user", "content": "x"}]),
+     "prompt_type", "prompt"),
+    ("pref_side_bad_arguments", "openai", our_pref_good,
+     lambda r: r["chosen"][2]["tool_calls"][0]["function"].update(arguments={"id": 7}), "arguments_not_string",
+     "chosen[2].tool_calls[0].function.arguments"),
+    # ---- TRL shapes
+    ("trl_keys_mixed", "trl", trl_completion_good, lambda r: r.update(messages=r["prompt"]), "trl_keys", ""),
+    ("trl_keys_none", "trl", lambda: {"text": "hello"}, None, "trl_keys", ""),
+    ("trl_prompt_string", "trl", trl_pref_good, lambda r: r.update(prompt="Where is order 7?"), "messages_not_list",
+     "prompt"),
+    ("trl_prompt_ends_system", "trl", trl_completion_good, lambda r: r.update(prompt=r["prompt"][:1]),
+     "prompt_last_role", "prompt[0].role"),
+    ("trl_completion_starts_user", "trl", trl_completion_good,
+     lambda r: r["completion"].insert(0, {"role": "user", "content": "more"}), "completion_not_assistant",
+     "completion[0].role"),
+    ("trl_rejected_starts_tool", "trl", trl_pref_good,
+     lambda r: r["rejected"].insert(0, {"role": "tool", "content": "x"}), "completion_not_assistant",
+     "rejected[0].role"),
+    ("trl_label_not_bool", "trl", trl_completion_good, lambda r: r.update(label="yes"), "label_type", "label"),
+    ("trl_call_id_across_prompt", "trl", trl_completion_good,
+     lambda r: r["completion"][1].update(tool_call_id="call_x"), "tool_call_id_unknown",
+     "completion[1].tool_call_id"),
+]
+
+
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_each_rule_has_a_failing_row(case):
+    _, fmt, make, mutate, code, where = case
+    row = make()
+    if mutate is not None:
+        mutate(row)
+    _, problems = validate_row(row, fmt)
+    errors = [(p["code"], p["where"]) for p in problems if p["severity"] == "error"]
+    assert (code, where) in errors, problems
+
+
+def test_warnings_do_not_fail_a_row():
+    row = openai_good()
+    row["messages"][2]["tool_calls"][0]["function"]["name"] = "cancel_order"  # not in tools
+    row["messages"].append({"role": "user", "content": "thanks"})
+    row["messages"].append({"role": "assistant", "content": "  "})
+    _, problems = validate_row(row, "openai")
+    assert {p["code"] for p in problems} == {"function_not_declared", "assistant_empty"}
+    assert {p["severity"] for p in problems} == {"warning"}
+
+
+def test_loss_mask_without_weight_is_flagged():
+    row = openai_good()
+    for m in row["messages"]:
+        m.pop("weight", None)
+    row["loss_mask"] = [0, 0, 0, 0, 1]
+    _, problems = validate_row(row, "openai")
+    assert [p["code"] for p in problems] == ["extra_keys", "loss_mask_ignored"]
+    row["messages"][2]["weight"] = 0
+    _, problems = validate_row(row, "openai")
+    assert [p["code"] for p in problems] == ["extra_keys"]
+
+
+def test_extra_keys_are_warnings_unless_strict(tmp_path):
+    rows = [dict(openai_good(), reward=1, scenario_id="s") for _ in range(12)]
+    path = tmp_path / "x.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    report = validate_file(path, "openai")
+    assert report["ok"] and report["errors"] == 0 and report["warnings"] == 2
+    assert report["extra_keys"] == {"reward": {"first_line": 1, "rows": 12, "severity": "warning"},
+                                    "scenario_id": {"first_line": 1, "rows": 12, "severity": "warning"}}
+    strict = validate_file(path, "openai", strict_keys=True)
+    assert not strict["ok"] and strict["errors"] == 2 and strict["rows_with_errors"] == 12
+
+
+def test_file_level_problems_carry_line_numbers(tmp_path):
+    good = json.dumps(openai_good())
+    bad_args = openai_good()
+    bad_args["messages"][2]["tool_calls"][0]["function"]["arguments"] = "{oops"
+    lines = [good, good, "", "{not json", "[1]", json.dumps(bad_args), json.dumps(trl_messages_good())]
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(("\n".join(lines) + "\n").encode() + b'{"messages": "\xff"}\n')
+    report = validate_file(path, "openai")
+    assert not report["ok"]
+    got = [(p["line"], p["code"]) for p in report["problems"]]
+    assert got == [
+        (3, "blank_line"), (4, "bad_json"), (5, "not_an_object"), (6, "arguments_not_json"),
+        (7, "arguments_not_string"), (8, "not_utf8"), (None, "too_few_examples")]
+    assert report["rows"] == 7 and report["rows_with_errors"] == 5
+    text = format_report(report)
+    assert text.startswith(f"INVALID: {path} as openai: 7 rows")
+    assert f"{path}:6: error arguments_not_json at messages[2].tool_calls[0].function.arguments" in text
+
+
+def test_bom_crlf_empty_and_mixed_shapes(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(openai_good()).encode() + b"\r\n")
+    report = validate_file(path, "openai")
+    assert [(p["line"], p["code"]) for p in report["problems"]][:2] == [(1, "crlf"), (1, "bom")]
+    assert report["rows"] == 1 and report["rows_with_errors"] == 1
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    assert validate_file(empty, "trl")["counts"] == {"empty_file": 1}
+    mixed = validate_rows([trl_messages_good(), trl_completion_good()], "trl")
+    assert not mixed["ok"] and mixed["problems"][0]["code"] == "mixed_shapes"
+    assert mixed["problems"][0]["line"] == 2
+
+
+def test_preference_note_and_format_argument():
+    report = validate_rows([our_pref_good()], "openai")
+    assert report["ok"] and report["shapes"] == {"preference": 1}
+    assert "not OpenAI's hosted DPO shape" in report["notes"][0]
+    assert FORMATS == ("openai", "trl")
+    with pytest.raises(ValueError, match="format must be one of"):
+        validate_rows([], "jsonl")
+    with pytest.raises(FileNotFoundError):
+        validate_file("/nonexistent/x.jsonl", "openai")
+
+
+def test_problem_list_is_capped_but_counted():
+    bad = openai_good()
+    bad["messages"][2]["tool_calls"][0]["function"]["arguments"] = "{oops"
+    report = validate_rows([bad] * 30, "openai", max_problems=5)
+    assert len(report["problems"]) == 5 and report["problems_truncated"]
+    assert report["counts"]["arguments_not_json"] == 30 and report["rows_with_errors"] == 30
+    assert "more problems" in format_report(report, limit=3)
+
+
+def test_run_validate_prints_and_returns_exit_codes(tmp_path):
+    import io
+
+    from whileai_pipeline.core.openai_format import run_validate, summary
+
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps(openai_good()) + "\n", encoding="utf-8")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(trl_messages_good()) + "\n", encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    assert run_validate(good, "openai", out=out, err=err) == 0
+    assert out.getvalue().startswith("OK: ")
+    out = io.StringIO()
+    assert run_validate(bad, "openai", out=out, err=err) == 1
+    assert "arguments_not_string" in out.getvalue()
+    out = io.StringIO()
+    assert run_validate(bad, "trl", json_output=True, out=out, err=err) == 0
+    assert json.loads(out.getvalue())["ok"] is True
+    assert run_validate(tmp_path / "missing.jsonl", "openai", out=out, err=err) == 2
+    assert run_validate(good, "csv", out=out, err=err) == 2
+    assert "no such file" in err.getvalue() and "--format must be one of" in err.getvalue()
+    digest = summary(validate_file(bad, "openai"))
+    assert digest["ok"] is False and digest["errors"] == 1 and digest["extra_keys"] == ["reward"]
+    assert digest["first_problems"][0].endswith("OpenAI wants arguments as a JSON string, got object "
+                                                "(export format='openai')")
+    json.dumps(digest)  # metadata-safe

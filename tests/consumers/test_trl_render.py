@@ -1,0 +1,84 @@
+"""The trl exports are conversational for TRL and render under the chat templates shipped inside trl.
+
+Tool-call arguments must appear in the rendered text encoded exactly once: `{"id": 7}` appears,
+the quoted-again `"{\\"id\\": 7}"` does not. The tools are passed through and rendered too.
+"""
+
+import json
+
+import pytest
+
+from .conftest import MISSING, SKIP_REASON, read_rows
+
+if MISSING:
+    pytest.skip(SKIP_REASON, allow_module_level=True)
+
+from trl.data_utils import is_conversational, maybe_apply_chat_template  # noqa: E402
+
+from . import hf  # noqa: E402
+
+pytestmark = [
+    pytest.mark.consumers,
+    # transformers 5.23 deprecates names that trl 1.16 still calls; not ours to fix.
+    pytest.mark.filterwarnings("ignore:.*checkpointing.*:FutureWarning"),
+]
+
+TRL_EXPORTS = ["sft_trl_messages", "sft_trl_final", "sft_trl_unroll", "dpo_trl"]
+WANTED = list(hf.TEMPLATES)
+
+
+def test_the_wanted_templates_ship_inside_trl():
+    found = hf.found_templates()
+    assert found == {name: True for name in WANTED}, (
+        f"chat templates missing from {hf.TRL_TEMPLATES_DIR}: {[n for n, ok in found.items() if not ok]}")
+
+
+def _rendered(out: dict) -> str:
+    return "".join(out.get(k, "") for k in ("text", "prompt", "completion", "chosen", "rejected"))
+
+
+@pytest.mark.parametrize("template", WANTED)
+@pytest.mark.parametrize("name", TRL_EXPORTS)
+def test_trl_rows_render_with_arguments_encoded_once(exports, hf_cache, base_tokenizer, name, template):
+    tokenizer = hf.wrap_tokenizer(base_tokenizer, template)
+    ds = hf.load_jsonl(exports[name]["path"], hf_cache)
+    calls_seen = 0
+    for i, example in enumerate(ds):
+        assert is_conversational(example), f"{name} row {i} is not conversational for TRL"
+        out = maybe_apply_chat_template(example, tokenizer, tools=example.get("tools"))
+        text = _rendered(out)
+        for tool in example.get("tools") or []:
+            assert tool["function"]["name"] in text and tool["function"]["description"] in text, (
+                f"{name} row {i}: tool {tool['function']['name']!r} was not rendered")
+        calls = hf.tool_calls_of(example)
+        for fn_name, arguments in calls:
+            assert isinstance(arguments, dict), f"{name} row {i}: arguments are {type(arguments).__name__}"
+            once, twice = hf.encodings(arguments)
+            expected = sum(1 for _, a in calls if a == arguments)
+            assert text.count(once) == expected, (
+                f"{name} row {i} under {template}: {once} rendered {text.count(once)} times, expected {expected}")
+            assert twice not in text, f"{name} row {i} under {template}: arguments quoted twice: {twice}"
+            calls_seen += 1
+        for key in ("messages", "prompt", "completion", "chosen", "rejected"):
+            for message in example.get(key) or []:
+                words = (message["content"] or "").strip()
+                if message["role"] in ("user", "system") or (
+                        message["role"] == "assistant" and not message.get("tool_calls")):
+                    assert words in text, f"{name} row {i}: {words[:60]!r} lost"
+                elif message["role"] == "assistant" and words:
+                    # Words said with a call: Qwen renders them before <tool_call>, Llama 3.1 drops them.
+                    assert (words in text) == (template not in hf.DROPS_TOOL_CALL_TEXT), (template, words)
+    assert calls_seen > 0, f"{name}: no tool call was rendered, the check proved nothing"
+
+
+def test_string_arguments_would_be_quoted_twice(exports, base_tokenizer):
+    """The control: an openai row (arguments as JSON strings) under the same template shows the double
+    encoding the check above looks for, so a clean trl render is not vacuous."""
+    tokenizer = hf.wrap_tokenizer(base_tokenizer, "qwen2_5")
+    row = next(r for r in read_rows(exports["sft_openai"]["path"])
+               if any(m.get("tool_calls") for m in r["messages"]))
+    text = tokenizer.apply_chat_template(row["messages"], tools=row.get("tools"), tokenize=False)
+    wire = row["messages"][[bool(m.get("tool_calls")) for m in row["messages"]].index(True)]
+    arguments = wire["tool_calls"][0]["function"]["arguments"]
+    assert isinstance(arguments, str)
+    assert json.dumps(arguments, ensure_ascii=False) in text  # "{\"id\":7}": quoted a second time

@@ -1,0 +1,689 @@
+"""Check a training file against what its consumer accepts: OpenAI's fine-tuning rules or TRL's shapes.
+
+Pure Python, no Dagster, no network. ``validate_file(path, "openai" | "trl")`` reads a JSONL file line
+by line and returns a report dict whose ``ok`` flag is false when any line breaks a rule; every
+problem names its 1-based line, where in the row it is (``messages[3].tool_calls[0].function.arguments``),
+a stable code, and a sentence.
+
+``format="openai"`` follows the documented chat fine-tuning format:
+
+* each line is one JSON object (UTF-8, strict RFC 8259 JSON: no ``NaN``/``Infinity``);
+* ``messages`` is a non-empty list; roles are ``system``, ``user``, ``assistant``, ``tool``; message keys
+  are ``role``, ``content``, ``name``, ``weight``, ``tool_calls``, ``tool_call_id`` (and the legacy
+  ``function_call``); at least one assistant message;
+* ``content`` is a string; an assistant message with ``tool_calls`` may have ``null`` (or no) content;
+  user and system content may also be a list of ``text`` / ``image_url`` parts; tool content is a string;
+* assistant ``tool_calls``: each has a non-empty string ``id`` (unique in the conversation),
+  ``type: "function"``, ``function.name`` matching ``^[a-zA-Z0-9_-]{1,64}$``, and ``function.arguments``
+  a JSON *string* that parses to an object;
+* every tool message has a ``tool_call_id`` answering a call made earlier in the same conversation and
+  not answered yet; a call left unanswered when the conversation moves on is an error (a call in the
+  last assistant turn, with nothing after it, is fine: it teaches the model to make the call);
+* ``weight`` only on assistant messages, and only 0 or 1;
+* optional ``tools``: a list of ``{"type": "function", "function": {"name", "description"?,
+  "parameters"?, "strict"?}}`` with unique names, ``parameters`` a JSON-schema object (``type: "object"``,
+  ``properties`` an object of schema objects, ``required`` names that are in ``properties``);
+* optional ``parallel_tool_calls`` boolean; when false, no assistant turn has more than one call.
+
+Preference files: OpenAI's hosted DPO takes ``input`` / ``preferred_output`` / ``non_preferred_output``
+and that shape is checked when present. This project's preference rows are ``prompt`` / ``chosen`` /
+``rejected`` with each side a whole conversation (spec 7.6): each side is checked as a conversation under
+the rules above, and the report says so in ``notes``.
+
+``format="trl"`` checks TRL's conversational shapes (the key sets ``trl.data_utils.apply_chat_template``
+accepts: ``messages``; ``prompt``; ``prompt`` + ``completion``; ``prompt`` + ``chosen`` + ``rejected``;
+``chosen`` + ``rejected``; ``prompt`` + ``completion`` + ``label``), every one a list of messages;
+tool-call ``arguments`` must be objects (a chat template renders them with ``| tojson``, so a JSON
+string would be quoted a second time); a prompt must end on a user, tool or assistant turn; a completion
+(or chosen / rejected side) must start with an assistant turn.
+
+In the openai format, row keys beyond what the format defines (``loss_mask``, ``reward``, ``lineage``...)
+are reported once per key as a warning (``extra_keys``): OpenAI's per-line schema has only ``messages``,
+``tools``, ``parallel_tool_calls`` and ``functions`` and its upload has been seen refusing an extra key;
+pass ``strict_keys=True`` to make them errors. A ``loss_mask`` that masks assistant turns without a
+``weight: 0`` on them is a warning (``loss_mask_ignored``): OpenAI trains every assistant turn whose
+weight is not 0. TRL drops columns it does not read, so the trl format does not report extra keys.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import orjson
+
+FORMATS = ("openai", "trl")
+ROLES = ("system", "user", "assistant", "tool")
+NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+MIN_EXAMPLES = 10
+
+OPENAI_MESSAGE_KEYS = frozenset(
+    {"role", "content", "name", "weight", "tool_calls", "tool_call_id", "function_call"})
+OPENAI_ROW_KEYS = frozenset({"messages", "tools", "parallel_tool_calls", "functions"})
+OPENAI_PREF_KEYS = frozenset({"input", "preferred_output", "non_preferred_output"})
+# What our own preference rows carry besides the sides (spec 7.2 pair keys): metadata, never content.
+OUR_PREF_KEYS = frozenset({"prompt", "chosen", "rejected", "tools"})
+TRL_KEYS = ("prompt", "completion", "chosen", "rejected", "messages", "label")
+TRL_SHAPES = {
+    frozenset({"messages"}): "messages",
+    frozenset({"prompt"}): "prompt_only",
+    frozenset({"prompt", "completion"}): "prompt_completion",
+    frozenset({"prompt", "chosen", "rejected"}): "preference",
+    frozenset({"chosen", "rejected"}): "preference_implicit_prompt",
+    frozenset({"prompt", "completion", "label"}): "unpaired_preference",
+}
+TRL_ROW_KEYS = frozenset(TRL_KEYS) | {"tools", "chat_template_kwargs", "images", "image"}
+
+CHECKED_FOR = {
+    "openai": ("OpenAI chat fine-tuning rules: roles, content types, assistant tool_calls with id, "
+               "type 'function', a valid function name and JSON-string arguments that parse to an object, "
+               "tool messages answering an earlier call id, weight 0/1 on assistant turns, tools schema shape."),
+    "trl": ("TRL conversational shapes: messages, prompt/completion or prompt/chosen/rejected lists of "
+            "messages, tool-call arguments as objects (rendered once by | tojson), prompts ending on a "
+            "user/tool/assistant turn, completions starting with an assistant turn, tools schema shape."),
+}
+NOTE_OUR_PREFERENCE = (
+    "prompt/chosen/rejected rows are this project's preference shape, not OpenAI's hosted DPO shape "
+    "(input/preferred_output/non_preferred_output): each side was checked as a whole conversation under "
+    "the chat rules. Upload to OpenAI's DPO needs a conversion; trainers that read whole conversations "
+    "take the file as it is."
+)
+
+
+def _type(value) -> str:
+    if value is None:
+        return "null"
+    return {dict: "object", list: "array", str: "string", bool: "boolean",
+            int: "integer", float: "number"}.get(type(value), type(value).__name__)
+
+
+def _short(value, n=60) -> str:
+    text = repr(value)
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+class _Row:
+    """Problems of one row; ``where`` paths are relative to the row."""
+
+    def __init__(self, fmt: str, strict_keys: bool):
+        self.fmt = fmt
+        self.strict_keys = strict_keys
+        self.problems: list[dict] = []
+
+    def error(self, code, where, message):
+        self.problems.append({"severity": "error", "code": code, "where": where, "message": message})
+
+    def warn(self, code, where, message):
+        self.problems.append({"severity": "warning", "code": code, "where": where, "message": message})
+
+    # ------------------------------------------------------------ tools
+
+    def tools(self, tools, where="tools"):
+        if tools is None:
+            return set()
+        if not isinstance(tools, list):
+            self.error("tools_not_list", where, f"tools must be a list, got {_type(tools)}")
+            return set()
+        names = set()
+        for i, tool in enumerate(tools):
+            w = f"{where}[{i}]"
+            if not isinstance(tool, dict):
+                self.error("tool_not_object", w, f"a tool must be an object, got {_type(tool)}")
+                continue
+            if tool.get("type") != "function":
+                self.error("tool_type", f"{w}.type",
+                           f"tool type must be 'function', got {_short(tool.get('type'))}")
+            fn = tool.get("function")
+            if not isinstance(fn, dict):
+                self.error("tool_function_missing", f"{w}.function",
+                           f"a tool needs a 'function' object, got {_type(fn)}")
+                continue
+            name = fn.get("name")
+            if not isinstance(name, str) or not NAME_RE.match(name):
+                self.error("tool_name", f"{w}.function.name",
+                           f"function name must match ^[a-zA-Z0-9_-]{{1,64}}$, got {_short(name)}")
+            elif name in names:
+                self.error("tool_name_duplicate", f"{w}.function.name", f"tool {name!r} is declared twice")
+            else:
+                names.add(name)
+            if "description" in fn and not isinstance(fn["description"], str):
+                self.error("tool_description", f"{w}.function.description",
+                           f"description must be a string, got {_type(fn['description'])}")
+            if "strict" in fn and not isinstance(fn["strict"], bool):
+                self.error("tool_strict", f"{w}.function.strict",
+                           f"strict must be a boolean, got {_type(fn['strict'])}")
+            if "parameters" in fn:
+                self.schema(fn["parameters"], f"{w}.function.parameters")
+        return names
+
+    def schema(self, params, where):
+        if not isinstance(params, dict):
+            self.error("parameters_not_object", where,
+                       f"parameters must be a JSON-schema object, got {_type(params)}")
+            return
+        if params.get("type", "object") != "object":
+            self.error("parameters_type", f"{where}.type",
+                       f"the parameters schema must have type 'object', got {_short(params.get('type'))}")
+        props = params.get("properties")
+        if props is not None:
+            if not isinstance(props, dict):
+                self.error("parameters_properties", f"{where}.properties",
+                           f"properties must be an object, got {_type(props)}")
+                props = None
+            else:
+                for key, sub in props.items():
+                    if not isinstance(sub, dict):
+                        self.error("parameters_property", f"{where}.properties.{key}",
+                                   f"each property must be a schema object, got {_type(sub)}")
+        required = params.get("required")
+        if required is not None:
+            if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+                self.error("parameters_required", f"{where}.required", "required must be a list of property names")
+            elif isinstance(props, dict):
+                missing = [r for r in required if r not in props]
+                if missing:
+                    self.error("parameters_required", f"{where}.required",
+                               f"required names {missing} are not in properties")
+
+    # ------------------------------------------------------------ messages
+
+    def content(self, message, role, where, has_calls):
+        if "content" not in message or message["content"] is None:
+            if role == "assistant" and has_calls:
+                return
+            self.error("content_missing", f"{where}.content",
+                       f"a {role} message needs content "
+                       "(null is allowed only for an assistant turn with tool_calls)")
+            return
+        content = message["content"]
+        if isinstance(content, str):
+            return
+        if self.fmt == "openai" and role in ("user", "system") and isinstance(content, list):
+            for j, part in enumerate(content):
+                w = f"{where}.content[{j}]"
+                ok = isinstance(part, dict) and (
+                    (part.get("type") == "text" and isinstance(part.get("text"), str))
+                    or (role == "user" and part.get("type") == "image_url"
+                        and isinstance(part.get("image_url"), dict)
+                        and isinstance(part["image_url"].get("url"), str)))
+                if not ok:
+                    self.error("content_part", w, f"a content part must be {{'type': 'text', 'text': str}}"
+                               f"{' or an image_url part' if role == 'user' else ''}, got {_short(part)}")
+            return
+        self.error("content_not_string", f"{where}.content",
+                   f"{role} content must be a string, got {_type(content)}")
+
+    def call(self, call, i, where, ids_seen, declared):
+        """One assistant tool call; returns its id (or None)."""
+        w = f"{where}.tool_calls[{i}]"
+        if not isinstance(call, dict):
+            self.error("tool_call_not_object", w, f"a tool call must be an object, got {_type(call)}")
+            return None
+        call_id = call.get("id")
+        if self.fmt == "openai" or "id" in call:
+            if not isinstance(call_id, str) or not call_id:
+                self.error("tool_call_id_missing", f"{w}.id",
+                           f"a tool call needs a non-empty string id, got {_short(call_id)}")
+                call_id = None
+            elif call_id in ids_seen:
+                self.error("tool_call_id_duplicate", f"{w}.id",
+                           f"call id {call_id!r} is used twice in the conversation")
+        if self.fmt == "openai" or "type" in call:
+            if call.get("type") != "function":
+                self.error("tool_call_type", f"{w}.type",
+                           f"tool call type must be 'function', got {_short(call.get('type'))}")
+        fn = call.get("function")
+        if not isinstance(fn, dict):
+            self.error("tool_call_function_missing", f"{w}.function",
+                       f"a tool call needs a 'function' object with name and arguments, got {_type(fn)}")
+            return call_id
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            self.error("function_name_missing", f"{w}.function.name",
+                       f"function.name must be a non-empty string, got {_short(name)}")
+        elif self.fmt == "openai" and not NAME_RE.match(name):
+            self.error("function_name", f"{w}.function.name",
+                       f"function name must match ^[a-zA-Z0-9_-]{{1,64}}$, got {name!r}")
+        elif declared and name not in declared:
+            self.warn("function_not_declared", f"{w}.function.name", f"{name!r} is not one of the row's tools")
+        aw = f"{w}.function.arguments"
+        if "arguments" not in fn:
+            self.error("arguments_missing", aw, "function.arguments is missing")
+            return call_id
+        args = fn["arguments"]
+        if self.fmt == "openai":
+            if not isinstance(args, str):
+                self.error("arguments_not_string", aw,
+                           f"OpenAI wants arguments as a JSON string, got {_type(args)} (export format='openai')")
+                return call_id
+            try:
+                parsed = orjson.loads(args)
+            except orjson.JSONDecodeError as exc:
+                self.error("arguments_not_json", aw, f"arguments are not strict JSON ({exc}): {_short(args)}")
+                return call_id
+            if not isinstance(parsed, dict):
+                self.error("arguments_not_object", aw,
+                           f"arguments must parse to an object, parsed to {_type(parsed)}: {_short(args)}")
+        elif not isinstance(args, dict):
+            hint = (" (a JSON string is rendered quoted a second time by | tojson; export format='trl')"
+                    if isinstance(args, str) else "")
+            self.error("arguments_not_object", aw, f"TRL wants arguments as an object, got {_type(args)}{hint}")
+        return call_id
+
+    def conversation(self, messages, where, *, declared=frozenset(), parallel=None,
+                     need_assistant=True, state=None):
+        """Check a list of messages; ``state`` carries call ids across prompt + completion."""
+        if state is None:
+            state = {"seen": set(), "pending": [], "assistant": 0}
+        if not isinstance(messages, list):
+            self.error("messages_not_list", where, f"must be a list of messages, got {_type(messages)}")
+            return state
+        if not messages:
+            self.error("messages_empty", where, "the list of messages is empty")
+            return state
+        for i, message in enumerate(messages):
+            w = f"{where}[{i}]"
+            if not isinstance(message, dict):
+                self.error("message_not_object", w, f"a message must be an object, got {_type(message)}")
+                continue
+            role = message.get("role")
+            if role not in ROLES:
+                self.error("role", f"{w}.role", f"role must be one of {list(ROLES)}, got {_short(role)}")
+                continue
+            if self.fmt == "openai":
+                extra = sorted(set(message) - OPENAI_MESSAGE_KEYS)
+                if extra:
+                    self.error("message_unrecognized_key", w, f"OpenAI does not accept message keys {extra}")
+            calls = message.get("tool_calls")
+            has_calls = bool(calls)
+            self.content(message, role, w, has_calls)
+            if "name" in message and (not isinstance(message["name"], str) or not message["name"]):
+                self.error("name", f"{w}.name", f"name must be a non-empty string, got {_short(message['name'])}")
+            if "weight" in message:
+                if role != "assistant":
+                    self.error("weight_not_assistant", f"{w}.weight",
+                               f"weight is only allowed on assistant messages, not {role}")
+                elif message["weight"] not in (0, 1) or isinstance(message["weight"], bool):
+                    self.error("weight", f"{w}.weight", f"weight must be 0 or 1, got {_short(message['weight'])}")
+            if role != "tool" and state["pending"]:
+                for call_id in state["pending"]:
+                    self.error("tool_call_unanswered", w,
+                               f"call {call_id!r} has no tool message before this {role} turn")
+                state["pending"] = []
+            if role == "assistant":
+                state["assistant"] += 1
+                if "tool_calls" in message and calls is not None:
+                    if not isinstance(calls, list):
+                        self.error("tool_calls_not_list", f"{w}.tool_calls",
+                                   f"tool_calls must be a list, got {_type(calls)}")
+                        continue
+                    if not calls:
+                        self.error("tool_calls_empty", f"{w}.tool_calls", "tool_calls is an empty list (omit it)")
+                    if parallel is False and len(calls) > 1:
+                        self.error("parallel_tool_calls", f"{w}.tool_calls",
+                                   f"{len(calls)} calls in one turn but parallel_tool_calls is false")
+                    for j, call in enumerate(calls):
+                        call_id = self.call(call, j, w, state["seen"], declared)
+                        if call_id:
+                            state["seen"].add(call_id)
+                            state["pending"].append(call_id)
+                elif (self.fmt == "openai" and isinstance(message.get("content"), str)
+                      and not message["content"].strip()):
+                    self.warn("assistant_empty", f"{w}.content", "an assistant turn with no text and no tool call")
+            elif role == "tool":
+                answer = message.get("tool_call_id")
+                if answer is None and self.fmt == "trl":
+                    if state["pending"]:  # HF chat templates link tool results by position
+                        state["pending"].pop(0)
+                    continue
+                if not isinstance(answer, str) or not answer:
+                    self.error("tool_call_id_missing", f"{w}.tool_call_id",
+                               f"a tool message needs the tool_call_id it answers, got {_short(answer)}")
+                elif answer not in state["seen"]:
+                    self.error("tool_call_id_unknown", f"{w}.tool_call_id",
+                               f"{answer!r} answers no call made earlier in this conversation")
+                elif answer not in state["pending"]:
+                    self.error("tool_call_id_not_pending", f"{w}.tool_call_id",
+                               f"{answer!r} was already answered or the conversation moved on")
+                else:
+                    state["pending"].remove(answer)
+            if role in ("user", "system", "tool") and message.get("tool_calls"):
+                self.error("tool_calls_not_assistant", f"{w}.tool_calls",
+                           "only assistant messages carry tool_calls")
+        if need_assistant and not state["assistant"]:
+            self.error("no_assistant_message", where, "no assistant message: nothing to train on")
+        return state
+
+    # ------------------------------------------------------------ rows
+
+    def extra_keys(self, row, allowed):
+        for key in sorted(set(row) - allowed):
+            (self.error if self.strict_keys else self.warn)(
+                "extra_keys", key, f"key {key!r} is not part of the {self.fmt} format")
+
+    def loss_mask(self, row):
+        """OpenAI reads ``weight``, not this project's ``loss_mask``: masked assistant turns would be trained."""
+        mask, messages = row.get("loss_mask"), row.get("messages")
+        if not isinstance(mask, list) or not isinstance(messages, list) or len(mask) != len(messages):
+            return
+        ignored = [i for i, (m, bit) in enumerate(zip(messages, mask))
+                   if isinstance(m, dict) and m.get("role") == "assistant" and bit == 0 and m.get("weight") != 0]
+        if ignored:
+            self.warn("loss_mask_ignored", "loss_mask",
+                      f"loss_mask masks assistant messages {ignored}, but OpenAI reads only 'weight': "
+                      "they will be trained unless they carry weight 0")
+
+    def openai_row(self, row):
+        declared = self.tools(row.get("tools"))
+        parallel = row.get("parallel_tool_calls")
+        if parallel is not None and not isinstance(parallel, bool):
+            self.error("parallel_tool_calls_type", "parallel_tool_calls",
+                       f"must be a boolean, got {_type(parallel)}")
+            parallel = None
+        if "messages" in row:
+            self.extra_keys(row, OPENAI_ROW_KEYS)
+            self.conversation(row["messages"], "messages", declared=declared, parallel=parallel)
+            self.loss_mask(row)
+            return "messages"
+        if OPENAI_PREF_KEYS & set(row):
+            self.extra_keys(row, OPENAI_PREF_KEYS)
+            inp = row.get("input")
+            if not isinstance(inp, dict):
+                self.error("input_not_object", "input", f"input must be an object with messages, got {_type(inp)}")
+                return "openai_preference"
+            declared = self.tools(inp.get("tools"), "input.tools")
+            parallel = inp.get("parallel_tool_calls")
+            for key in sorted(set(inp) - OPENAI_ROW_KEYS):
+                self.error("input_unrecognized_key", f"input.{key}", f"input does not accept key {key!r}")
+            state = self.conversation(inp.get("messages"), "input.messages", declared=declared,
+                                      parallel=parallel, need_assistant=False)
+            for side in ("preferred_output", "non_preferred_output"):
+                out = row.get(side)
+                if not isinstance(out, list) or len(out) != 1:
+                    self.error("output_not_single_message", side,
+                               f"{side} must be a list holding one assistant message, got {_short(out)}")
+                    continue
+                if isinstance(out[0], dict) and out[0].get("role") != "assistant":
+                    self.error("output_not_assistant", f"{side}[0].role",
+                               "the output message must be an assistant turn")
+                side_state = {"seen": set(state["seen"]), "pending": list(state["pending"]), "assistant": 0}
+                self.conversation(out, side, declared=declared, parallel=parallel, state=side_state)
+            return "openai_preference"
+        if "chosen" in row or "rejected" in row:
+            self.extra_keys(row, OUR_PREF_KEYS | _pair_keys())
+            prompt = row.get("prompt")
+            if prompt is not None and not isinstance(prompt, str):
+                self.error("prompt_type", "prompt",
+                           f"prompt is the raw prompt text (string or null), got {_type(prompt)}")
+            for side in ("chosen", "rejected"):
+                if side not in row:
+                    self.error("side_missing", side, f"a preference row needs {side!r}")
+                    continue
+                self.conversation(row[side], side, declared=declared, parallel=parallel)
+            return "preference"
+        self.error("unknown_shape", "", "the row has no 'messages' (chat), no 'input'/'preferred_output'/"
+                   "'non_preferred_output' (OpenAI DPO) and no 'chosen'/'rejected' (this project's pairs)")
+        return "unknown"
+
+    def trl_row(self, row):
+        keys = frozenset(k for k in TRL_KEYS if k in row)
+        shape = TRL_SHAPES.get(keys)
+        if shape is None:
+            self.error("trl_keys", "", f"TRL accepts the key sets {sorted(sorted(s) for s in TRL_SHAPES)}; "
+                       f"this row has {sorted(keys)}")
+            return "unknown"
+        declared = self.tools(row.get("tools"))
+        if "label" in row and not isinstance(row["label"], bool):
+            self.error("label_type", "label", f"label must be a boolean, got {_type(row['label'])}")
+        if shape == "messages":
+            self.conversation(row["messages"], "messages", declared=declared)
+            return shape
+        state = None
+        if "prompt" in row:
+            prompt = row["prompt"]
+            state = self.conversation(prompt, "prompt", declared=declared, need_assistant=False)
+            if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+                last = prompt[-1].get("role")
+                if last not in ("user", "tool", "assistant"):
+                    self.error("prompt_last_role", f"prompt[{len(prompt) - 1}].role",
+                               "a prompt must end on a user, tool or assistant turn (TRL raises), "
+                               f"got {_short(last)}")
+        for side in ("completion", "chosen", "rejected"):
+            if side not in row:
+                continue
+            side_state = None if state is None else {
+                "seen": set(state["seen"]), "pending": list(state["pending"]), "assistant": 0}
+            self.conversation(row[side], side, declared=declared, state=side_state)
+            value = row[side]
+            first = value[0] if isinstance(value, list) and value else None
+            if isinstance(first, dict) and first.get("role") != "assistant":
+                self.error("completion_not_assistant", f"{side}[0].role",
+                           f"{side} must start with an assistant turn, got {_short(first.get('role'))}")
+        return shape
+
+
+def _pair_keys():
+    from .preference import PAIR_KEYS  # noqa: PLC0415 (imported late: this module stands on its own)
+    return frozenset(PAIR_KEYS) | {"schema_version"}
+
+
+def validate_row(row, format="openai", *, strict_keys=False) -> tuple[str, list[dict]]:
+    """(shape, problems) of one parsed row; problems have ``severity``, ``code``, ``where``, ``message``."""
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    checker = _Row(format, strict_keys)
+    if not isinstance(row, dict):
+        checker.error("not_an_object", "", f"each line must be a JSON object, got {_type(row)}")
+        return "unknown", checker.problems
+    shape = checker.openai_row(row) if format == "openai" else checker.trl_row(row)
+    return shape, checker.problems
+
+
+class _Report:
+    def __init__(self, fmt, max_problems):
+        self.fmt = fmt
+        self.max_problems = max_problems
+        self.rows = 0
+        self.rows_with_errors = 0
+        self.shapes: Counter = Counter()
+        self.counts: Counter = Counter()
+        self.severity = Counter()
+        self.problems: list[dict] = []
+        self.extra_keys: dict[str, dict] = {}
+        self.first_shape = None
+
+    def add(self, line, problems, *, row=True):
+        errored = False
+        for p in problems:
+            if p["code"] == "extra_keys":  # one entry per key, not one per row
+                seen = self.extra_keys.get(p["where"])
+                if seen is None:
+                    self.extra_keys[p["where"]] = {"first_line": line, "rows": 1, "severity": p["severity"]}
+                else:
+                    seen["rows"] += 1
+                errored = errored or p["severity"] == "error"
+                continue
+            self.counts[p["code"]] += 1
+            self.severity[p["severity"]] += 1
+            errored = errored or p["severity"] == "error"
+            if len(self.problems) < self.max_problems:
+                self.problems.append({"line": line, **p})
+        if errored and row:
+            self.rows_with_errors += 1
+
+    def row(self, line, row, strict_keys, before=()):
+        self.rows += 1
+        shape, problems = validate_row(row, self.fmt, strict_keys=strict_keys)
+        problems = [*before, *problems]
+        self.shapes[shape] += 1
+        if shape != "unknown":
+            if self.first_shape is None:
+                self.first_shape = (shape, line)
+            elif shape != self.first_shape[0]:
+                problems.append({"severity": "error", "code": "mixed_shapes", "where": "",
+                                 "message": f"a {shape} row in a file whose line {self.first_shape[1]} "
+                                            f"is a {self.first_shape[0]} row"})
+        self.add(line, problems)
+
+    def finish(self, path=None) -> dict:
+        notes = []
+        if self.fmt == "openai" and self.shapes.get("preference"):
+            notes.append(NOTE_OUR_PREFERENCE)
+        if self.fmt == "openai" and self.rows and self.rows < MIN_EXAMPLES and not self.shapes.get("preference"):
+            self.add(None, [{"severity": "warning", "code": "too_few_examples", "where": "",
+                             "message": f"{self.rows} examples; OpenAI fine-tuning needs at least "
+                                        f"{MIN_EXAMPLES}"}],
+                     row=False)
+        if self.rows == 0:
+            self.add(None, [{"severity": "error", "code": "empty_file", "where": "",
+                             "message": "no rows: an empty training file"}], row=False)
+        extra = {k: v for k, v in sorted(self.extra_keys.items())}
+        n_extra_errors = sum(1 for v in extra.values() if v["severity"] == "error")
+        errors = self.severity["error"] + n_extra_errors
+        warnings = self.severity["warning"] + len(extra) - n_extra_errors
+        report = {
+            "ok": errors == 0,
+            "format": self.fmt,
+            "path": str(path) if path is not None else None,
+            "rows": self.rows,
+            "rows_with_errors": self.rows_with_errors,
+            "shapes": dict(self.shapes),
+            "errors": errors,
+            "warnings": warnings,
+            "counts": dict(sorted(self.counts.items())),
+            "problems": self.problems,
+            "problems_truncated": sum(self.counts.values()) > len(self.problems),
+            "extra_keys": extra,
+            "notes": notes,
+            "checked_for": CHECKED_FOR[self.fmt],
+        }
+        return report
+
+
+def validate_rows(rows, format="openai", *, max_problems=50, strict_keys=False) -> dict:
+    """Validate parsed rows (an iterable of dicts); line numbers are 1-based positions."""
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    report = _Report(format, max_problems)
+    for line, row in enumerate(rows, 1):
+        report.row(line, row, strict_keys)
+    return report.finish()
+
+
+def validate_file(path, format="openai", *, max_problems=50, strict_keys=False) -> dict:
+    """Validate a JSONL training file for ``format`` ("openai" or "trl"); never raises on bad content.
+
+    Returns a report dict: ``ok`` (no errors), ``format``, ``path``, ``rows``, ``rows_with_errors``,
+    ``shapes`` (rows per detected shape), ``errors``, ``warnings``, ``counts`` (problems per code),
+    ``problems`` (the first ``max_problems``: ``line``, ``severity``, ``code``, ``where``, ``message``),
+    ``problems_truncated``, ``extra_keys`` (key -> first line, rows, severity), ``notes`` and
+    ``checked_for``. A missing file raises ``FileNotFoundError``.
+    """
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    path = Path(path)
+    report = _Report(format, max_problems)
+    with open(path, "rb") as fh:
+        for line_no, raw in enumerate(fh, 1):
+            before = []
+            if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                before.append({"severity": "error", "code": "bom", "where": "",
+                               "message": "the file starts with a UTF-8 byte-order mark"})
+                raw = raw[3:]
+            body = raw.rstrip(b"\n")
+            if body.endswith(b"\r"):
+                report.add(line_no, [{"severity": "warning", "code": "crlf", "where": "",
+                                      "message": "the line ends with CRLF; write LF line endings"}], row=False)
+                body = body[:-1]
+            if not body.strip():
+                report.add(line_no, [{"severity": "error", "code": "blank_line", "where": "",
+                                      "message": "a blank line: JSONL has one JSON object per line"}],
+                           row=False)
+                continue
+            try:
+                body.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                report.rows += 1
+                reason = f"the line is not UTF-8 ({exc.reason} at byte {exc.start})"
+                report.add(line_no, [*before, {"severity": "error", "code": "not_utf8", "where": "",
+                                               "message": reason}])
+                continue
+            try:
+                row = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                report.rows += 1
+                report.add(line_no, [*before, {"severity": "error", "code": "bad_json", "where": "",
+                                               "message": f"not strict JSON: {exc}"}])
+                continue
+            report.row(line_no, row, strict_keys, before)
+    return report.finish(path)
+
+
+def format_report(report: dict, *, limit: int = 20) -> str:
+    """Human-readable lines for a terminal: a verdict, then ``path:line: severity code at where: message``."""
+    path = report.get("path") or "<rows>"
+    verdict = "OK" if report["ok"] else "INVALID"
+    shapes = ", ".join(f"{n} {s}" for s, n in report["shapes"].items()) or "no rows"
+    lines = [f"{verdict}: {path} as {report['format']}: {report['rows']} rows ({shapes}), "
+             f"{report['errors']} errors, {report['warnings']} warnings"]
+    for p in report["problems"][:limit]:
+        where = f" at {p['where']}" if p["where"] else ""
+        loc = f"{path}:{p['line']}" if p["line"] is not None else path
+        lines.append(f"{loc}: {p['severity']} {p['code']}{where}: {p['message']}")
+    hidden = sum(report["counts"].values()) - min(limit, len(report["problems"]))
+    if hidden > 0:
+        lines.append(f"... {hidden} more problems; counts by code: {report['counts']}")
+    by_severity: dict = {}
+    for key, info in report["extra_keys"].items():
+        by_severity.setdefault(info["severity"], []).append(f"{key} ({info['rows']} rows)")
+    for severity, keys in by_severity.items():
+        lines.append(f"{path}: {severity} extra_keys: not part of the {report['format']} format: "
+                     + ", ".join(keys))
+    lines.extend(f"note: {n}" for n in report["notes"])
+    return "\n".join(lines)
+
+
+def summary(report: dict, *, limit: int = 10) -> dict:
+    """A small JSON-safe digest of a report, for asset-check metadata or logs."""
+    return {
+        "ok": report["ok"],
+        "format": report["format"],
+        "rows": report["rows"],
+        "rows_with_errors": report["rows_with_errors"],
+        "errors": report["errors"],
+        "warnings": report["warnings"],
+        "counts": report["counts"],
+        "first_problems": format_report(report, limit=limit).splitlines()[1:limit + 1],
+        "extra_keys": sorted(report["extra_keys"]),
+        "notes": report["notes"],
+    }
+
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+def run_validate(path, format="openai", *, json_output=False, strict_keys=False, limit=20,
+                 out=None, err=None) -> int:
+    """The body of ``whileai-pipeline validate FILE --format openai|trl``: print, return an exit code.
+
+    0 the file is valid (warnings allowed), 1 it has errors, 2 bad usage (unknown format, no such file).
+    ``json_output`` prints the whole report as JSON instead of the text lines.
+    """
+    import json
+    import sys
+
+    out = out or sys.stdout
+    err = err or sys.stderr
+    if format not in FORMATS:
+        print(f"whileai-pipeline: error: --format must be one of {', '.join(FORMATS)}, got {format!r}", file=err)
+        return EXIT_USAGE
+    if not Path(path).is_file():
+        print(f"whileai-pipeline: error: no such file: {path}", file=err)
+        return EXIT_USAGE
+    report = validate_file(path, format, strict_keys=strict_keys)
+    if json_output:
+        print(json.dumps(report, indent=2, ensure_ascii=False), file=out)
+    else:
+        print(format_report(report, limit=limit), file=out)
+    return EXIT_OK if report["ok"] else EXIT_INVALID
