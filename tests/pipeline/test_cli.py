@@ -1,0 +1,121 @@
+"""What must be shown, point 6: ``whileai-pipeline run`` and ``demo`` as subprocesses, exit codes 0/1/2."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import SAMPLE, SAMPLE_META, leaking_rows, tree_bytes, write_rows
+
+pytestmark = pytest.mark.pipeline
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = shutil.which("whileai-pipeline")
+
+
+def cli(args, home, cwd, extra_env=None):
+    """Run the console script when installed (else the module) with a private storage root."""
+    env = {**os.environ, "WHILEAI_PIPELINE_HOME": str(home), **(extra_env or {})}
+    env.pop("DAGSTER_HOME", None)
+    if "DAGSTER_HOME" in (extra_env or {}):
+        env["DAGSTER_HOME"] = extra_env["DAGSTER_HOME"]
+    command = [SCRIPT] if SCRIPT else [sys.executable, "-m", "whileai_pipeline.cli"]
+    return subprocess.run(command + list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def home(tmp_path):
+    return tmp_path / "home"
+
+
+def test_demo_exits_0_and_prints_where_exports_went(home, tmp_path):
+    proc = cli(["demo"], home, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for kind in ("sft", "dpo"):
+        for fmt in ("openai", "trl"):
+            path = home / "published" / "support_orders" / f"{kind}.{fmt}.jsonl"
+            assert path.is_file()
+            assert str(path) in proc.stdout
+    # no server, no DAGSTER_HOME: an embedded SQLite instance under the storage root keeps history
+    assert (home / "dagster_home").is_dir()
+    assert list((home / "dagster_home").rglob("*.db"))
+
+
+def test_run_then_leak_exits_1_and_keeps_published(home, tmp_path):
+    src = tmp_path / "incoming" / "my_run.jsonl"
+    src.parent.mkdir()
+    shutil.copyfile(SAMPLE, src)
+    shutil.copyfile(SAMPLE_META, src.with_name("my_run.meta.json"))
+    config = tmp_path / "opts.yaml"
+    config.write_text("formats: [openai]\nmask_mode: assistant\n")
+    ok = cli(["run", str(src), "--config", str(config)], home, tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "published" in ok.stdout and "sft.openai.jsonl" in ok.stdout
+    published = tree_bytes(home / "published" / "my_run")
+    assert sorted(published) == ["dpo.openai.jsonl", "dpo.openai.report.json", "sft.openai.jsonl",
+                                 "sft.openai.report.json"]
+
+    rows, _ = leaking_rows()
+    write_rows(src, rows)
+    blocked = cli(["run", str(src), "--config", str(config)], home, tmp_path)
+    assert blocked.returncode == 1, blocked.stdout + blocked.stderr
+    assert "REJECTED" in blocked.stdout and "privileged_leak FAILED" in blocked.stdout
+    assert tree_bytes(home / "published" / "my_run") == published
+    assert (home / "rejected" / "my_run").is_dir()
+
+
+def test_bad_usage_exits_2(home, tmp_path):
+    assert cli(["run", str(tmp_path / "missing.jsonl")], home, tmp_path).returncode == 2
+    bad_option = tmp_path / "bad.json"
+    bad_option.write_text('{"nope": 1}')
+    proc = cli(["run", str(SAMPLE), "--config", str(bad_option)], home, tmp_path)
+    assert proc.returncode == 2 and "unknown option" in proc.stderr
+    bad_value = tmp_path / "bad.yaml"
+    bad_value.write_text("mask_mode: everything\n")
+    assert cli(["demo", "--config", str(bad_value)], home, tmp_path).returncode == 2
+    unparseable = tmp_path / "broken.yaml"
+    unparseable.write_text("formats: [openai\n")
+    assert cli(["demo", "--config", str(unparseable)], home, tmp_path).returncode == 2
+    assert cli(["demo", "--config", str(tmp_path / "absent.yaml")], home, tmp_path).returncode == 2
+    assert cli(["frobnicate"], home, tmp_path).returncode == 2
+    assert not (home / "published").exists()
+
+
+def test_run_with_dagster_home_uses_that_instance(home, tmp_path):
+    dagster_home = tmp_path / "dh"
+    dagster_home.mkdir()
+    proc = cli(["demo"], home, tmp_path, extra_env={"DAGSTER_HOME": str(dagster_home)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not (home / "dagster_home").exists()
+    assert list(dagster_home.rglob("*.db"))
+
+
+def test_plain_dagster_cli_materialize_exits_nonzero_on_a_gate(home, tmp_path):
+    """CI without our CLI: register, then `dagster asset materialize` (in-process executor)."""
+    dagster_home = tmp_path / "dh"
+    env = {"DAGSTER_HOME": str(dagster_home)}
+    src = tmp_path / "ci_run.jsonl"
+    shutil.copyfile(SAMPLE, src)
+    shutil.copyfile(SAMPLE_META, tmp_path / "ci_run.meta.json")
+    assert cli(["register", str(src)], home, tmp_path, extra_env=env).returncode == 0
+
+    def materialize():
+        full_env = {**os.environ, "WHILEAI_PIPELINE_HOME": str(home), **env}
+        return subprocess.run(
+            [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "whileai_pipeline.definitions",
+             "--select", "*", "--partition", "ci_run"],
+            cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=300,
+        )
+
+    ok = materialize()
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert "Finished steps in process" in ok.stderr  # the code location's default executor is in-process
+    published = tree_bytes(home / "published" / "ci_run")
+    rows, _ = leaking_rows()
+    write_rows(home / "inbox" / "ci_run.jsonl", rows)
+    blocked = materialize()
+    assert blocked.returncode != 0
+    assert "sft_export_privileged_leak" in blocked.stderr
+    assert tree_bytes(home / "published" / "ci_run") == published

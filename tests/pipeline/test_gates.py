@@ -1,0 +1,214 @@
+"""What must be shown, points 3 and 4: a failed gate fails the run, stops downstream, never replaces
+the published export, and keeps the candidate under rejected/; validate=False publishes with WARN."""
+
+import dagster as dg
+import orjson
+import pytest
+
+from whileai_pipeline.defs.assets import ASSETS, sft_export
+from whileai_pipeline.defs.checks import CHECKS
+from whileai_pipeline.defs.partitions import simulation_runs
+
+from .conftest import (bad_arguments_rows, check_results, export_config, leaking_rows, materialization, read_rows,
+                       tree_bytes, unprivileged_rows)
+
+pytestmark = pytest.mark.pipeline
+ERROR, WARN = dg.AssetCheckSeverity.ERROR, dg.AssetCheckSeverity.WARN
+
+
+@dg.asset(partitions_def=simulation_runs, deps=[sft_export])
+def downstream_trainer() -> None:
+    """Stands in for anything that consumes the SFT export (a training job)."""
+
+
+def _failed_steps(result):
+    return {e.step_key for e in result.all_events if e.event_type_value == "STEP_FAILURE"}
+
+
+def _executed_steps(result):
+    return {e.step_key for e in result.all_events if e.event_type_value == "STEP_START"}
+
+
+@pytest.fixture
+def published(chain):
+    """A partition with a good export already published; returns (chain, key, published bytes)."""
+    key = chain.register()
+    assert chain.materialize(key).success
+    return chain, key, tree_bytes(chain.storage.published_dir(key))
+
+
+def _rejected_dirs(chain, key):
+    root = chain.storage.rejected_root(key)
+    return sorted(p for p in root.iterdir()) if root.exists() else []
+
+
+def test_leak_fails_the_right_check_and_the_run_and_keeps_published(published):
+    chain, key, before = published
+    rows, leaked_index = leaking_rows()
+    chain.register(rows)
+    result = chain.materialize(key)
+
+    assert not result.success
+    checks = check_results(result)
+    leak = checks[("sft_export", "privileged_leak")]
+    assert not leak.passed and leak.severity == ERROR and leak.blocking
+    assert "1 quoted privileged context" in leak.description
+    assert checks[("sft_export", "tool_call_roundtrip")].passed
+    # the leaking row passes, so it is the chosen side of its prompt's pair: the DPO gate refuses too
+    assert not checks[("dpo_export", "privileged_leak")].passed
+    assert checks[("dpo_export", "tool_call_roundtrip")].passed
+    assert _failed_steps(result) == {"sft_export_privileged_leak", "dpo_export_privileged_leak"}
+
+    # the published export is byte-identical; the candidates are kept under rejected/
+    assert tree_bytes(chain.storage.published_dir(key)) == before
+    md = materialization(result, "sft_export")
+    assert md["status"].value == "rejected" and md["published"].value is False
+    rejected = [d for d in _rejected_dirs(chain, key)]
+    assert len(rejected) == 2  # one for sft, one for dpo (same run, different folders)
+    assert sorted(d.name.rsplit("-", 1)[1] for d in rejected) == ["dpo", "sft"]
+    sft_dir = next(d for d in rejected if d.name.endswith("-sft"))
+    assert md["rejected_path"].value == str(sft_dir)
+    assert sorted(p.name for p in sft_dir.iterdir()) == [
+        "gates.json", "sft.openai.jsonl", "sft.openai.report.json", "sft.trl.jsonl", "sft.trl.report.json"]
+    gates = orjson.loads((sft_dir / "gates.json").read_bytes())
+    assert gates["failed"] == {"openai": ["privileged_leak"], "trl": ["privileged_leak"]}
+    report = orjson.loads((sft_dir / "sft.openai.report.json").read_bytes())
+    assert report["privileged_leaks"]["n_leaked"] == 1
+    assert report["path"] == str(sft_dir / "sft.openai.jsonl")
+    quote = rows[leaked_index]["final_text"]
+    assert quote.encode() in (sft_dir / "sft.openai.jsonl").read_bytes()
+    assert quote.encode() not in chain.storage.published_path(key, "sft", "openai").read_bytes()
+
+
+def test_unparseable_arguments_fail_the_roundtrip_check(published):
+    chain, key, before = published
+    rows, _ = bad_arguments_rows()
+    chain.register(rows)
+    result = chain.materialize(key)
+
+    assert not result.success
+    checks = check_results(result)
+    roundtrip = checks[("sft_export", "tool_call_roundtrip")]
+    assert not roundtrip.passed and roundtrip.severity == ERROR
+    assert "openai: 1 of" in roundtrip.description and "trl: 1 of" in roundtrip.description
+    assert checks[("sft_export", "privileged_leak")].passed
+    assert not checks[("dpo_export", "tool_call_roundtrip")].passed
+    assert checks[("dpo_export", "privileged_leak")].passed
+    assert _failed_steps(result) == {"sft_export_tool_call_roundtrip", "dpo_export_tool_call_roundtrip"}
+
+    assert tree_bytes(chain.storage.published_dir(key)) == before
+    md = materialization(result, "sft_export")
+    assert md["openai/tool_calls_invalid"].value == 1 and md["trl/tool_calls_invalid"].value == 1
+    assert md["gates"].value["openai"] == {"tool_call_roundtrip": False, "privileged_leak": True}
+    rejected_dir = md["rejected_path"].value
+    assert rejected_dir.startswith(str(chain.storage.rejected_root(key)))
+    assert b"{order_id: ORD-1001" in (chain.storage.base / rejected_dir / "sft.openai.jsonl").read_bytes()
+
+
+def test_failed_blocking_check_stops_downstream(published):
+    chain, key, _ = published
+    rows, _ = leaking_rows()
+    chain.register(rows)
+    def run():
+        return dg.materialize([*ASSETS, *CHECKS, downstream_trainer], instance=chain.instance, partition_key=key,
+                              resources={"storage": chain.storage}, raise_on_error=False)
+
+    result = run()
+    assert not result.success
+    assert "downstream_trainer" not in _executed_steps(result)
+    assert not [e for e in result.get_asset_materialization_events()
+                if e.asset_key.to_user_string() == "downstream_trainer"]
+    # with clean data the same downstream asset runs
+    chain.register()
+    ok = run()
+    assert ok.success and "downstream_trainer" in _executed_steps(ok)
+
+
+def test_reexport_never_picks_up_a_rejected_candidate(published):
+    chain, key, before = published
+    rows, _ = leaking_rows()
+    chain.register(rows)
+    assert not chain.materialize(key).success
+    # a scheduled re-export (exports + checks only) reads the stage files, refuses again
+    again = chain.materialize(key, selection=["sft_export", "dpo_export"])
+    assert not again.success
+    assert tree_bytes(chain.storage.published_dir(key)) == before
+    assert len(_rejected_dirs(chain, key)) == 4
+    # fixing the input publishes the fixed data, never a rejected file
+    chain.register()
+    assert chain.materialize(key).success
+    assert tree_bytes(chain.storage.published_dir(key)) == before
+
+
+def test_validate_false_publishes_with_warn_and_warnings(published):
+    chain, key, before = published
+    rows, leaked_index = leaking_rows()
+    chain.register(rows)
+    result = chain.materialize(key, run_config=export_config(validate=False))
+
+    assert result.success
+    checks = check_results(result)
+    for (asset, gate), ev in checks.items():
+        assert ev.passed and ev.severity == WARN, (asset, gate, ev.description)
+    assert "Exported anyway (validate=False)" in checks[("sft_export", "privileged_leak")].description
+    assert "would not have blocked" in checks[("sft_export", "tool_call_roundtrip")].description
+    md = materialization(result, "sft_export")
+    assert md["status"].value == "published" and md["validate"].value is False
+    assert md["gates"].value["openai"]["privileged_leak"] is False
+    assert any("privileged context" in w for w in md["warnings"].value["openai"])
+    assert md["openai/report"].value["warnings"] == md["warnings"].value["openai"]
+    published_bytes = chain.storage.published_path(key, "sft", "openai").read_bytes()
+    assert rows[leaked_index]["final_text"].encode() in published_bytes
+    assert published_bytes != before["sft.openai.jsonl"]
+    assert not chain.storage.rejected_root(key).exists()
+
+
+def test_leak_check_with_nothing_to_read_passes_with_warn(chain):
+    key = chain.register(unprivileged_rows(), name="scrubbed_run")
+    result = chain.materialize(key)
+    assert result.success
+    checks = check_results(result)
+    for asset in ("sft_export", "dpo_export"):
+        ev = checks[(asset, "privileged_leak")]
+        assert ev.passed and ev.severity == WARN
+        assert ev.description.startswith("NOTHING TO READ: checked 0 of")
+        assert "says nothing about leaks" in ev.description
+    assert materialization(result, "raw_simulation_data")["rows_with_privileged"].value == 0
+
+
+def test_sft_rows_all_exports_failing_rows_with_the_warning(chain):
+    key = chain.register()
+    result = chain.materialize(key, run_config={"ops": {"sft_export": {"config": {"sft_rows": "all"}}}},
+                               selection=["raw_simulation_data", "scored_simulation_data", "sft_export"])
+    assert result.success
+    md = materialization(result, "sft_export")
+    assert md["openai/rows_written"].value == 48 and md["openai/fails"].value == 16
+    assert any("reward below 0.5" in w for w in md["warnings"].value["openai"])
+
+
+def test_bad_line_fails_raw_with_file_and_line(chain):
+    key = chain.register()
+    path = chain.storage.run_path(key)
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:3] + [b'{"prompt": "broken\n'] + lines[3:]))
+    result = chain.materialize(key)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert failure.step_key == "raw_simulation_data"
+    assert f"bad_jsonl: {path}:4:" in failure.event_specific_data.error.message
+    assert "scored_simulation_data" not in _executed_steps(result)
+
+
+def test_bad_line_quarantined_when_configured(chain):
+    key = chain.register()
+    path = chain.storage.run_path(key)
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:3] + [b"not json\n", b"[1, 2]\n"] + lines[3:]))
+    result = chain.materialize(key, run_config={"ops": {"raw_simulation_data": {"config": {"on_bad_line": "quarantine"}}}})
+    assert result.success
+    md = materialization(result, "raw_simulation_data")
+    assert md["quarantined_lines"].value == 2 and md["rows"].value == 48
+    quarantined = read_rows(md["quarantine_path"].value)
+    assert [q["line"] for q in quarantined] == [4, 5]
+    assert quarantined[0]["text"] == "not json"
+    assert read_rows(chain.storage.stage_path(key, "raw")) == [orjson.loads(x) for x in lines]

@@ -1,0 +1,170 @@
+"""Scorers (core/scoring.py), config mapping and storage naming: fast, no Dagster runs except one
+custom-scorer chain."""
+
+import pytest
+
+from whileai_pipeline.core.scoring import ScorerError, ScoreStats, normalize_answer, resolve_scorer, verdict
+from whileai_pipeline.defs.config import ConfigFileError, flat_to_run_config
+from whileai_pipeline.defs.resources import fingerprint, meta_path_for, partition_key_for
+
+from .conftest import materialization, read_rows
+
+pytestmark = pytest.mark.pipeline
+
+
+def test_verdict_rule_matches_the_export_report():
+    assert [verdict(v) for v in (1, 0.5, 0.49, 0, None, True, "0.7", "x", float("nan"))] == [
+        "pass", "pass", "fail", "fail", "ungraded", "ungraded", "pass", "ungraded", "ungraded"]
+
+
+def test_existing_keeps_reward_and_stamps_who_scored():
+    scorer = resolve_scorer("existing")
+    row = {"prompt": "p", "reward": 0, "reason": "r", "label_source": "judge"}
+    out = scorer.score_row(row)
+    assert out == {**row, "scorer": "existing"}
+    assert scorer.score_row({"reward": 1})["label_source"] == "existing"
+    assert row == {"prompt": "p", "reward": 0, "reason": "r", "label_source": "judge"}  # input untouched
+
+
+def test_reference_match_normalizes():
+    scorer = resolve_scorer("reference_match")
+    row = {"privileged": {"reference": "Paris"}, "final_text": "The capital is  PARIS!"}
+    assert scorer.score_row(row)["reward"] == 1.0
+    assert scorer.score_row({**row, "final_text": "Lyon"})["reward"] == 0.0
+    assert scorer.score_row({**row, "final_text": "Parisian food"})["reward"] == 0.0  # whole words only
+    assert scorer.score_row({"final_text": "x"})["reward"] is None
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "paris."}]
+    assert scorer.score_row({"privileged": {"reference": "Paris"}, "messages": messages})["reward"] == 1.0
+    assert normalize_answer("  Ｐａｒｉｓ,\nFrance ") == "paris france"
+    assert scorer.score_row(row)["label_source"] == "reference_match"
+
+
+def test_callable_scorer(tmp_path, monkeypatch):
+    (tmp_path / "my_scorers.py").write_text(
+        "def half(row):\n    return 0.5\n"
+        "def with_reason(row):\n    return {'reward': 1 if 'ok' in row.get('final_text', '') else 0, 'reason': 'kw'}\n"
+        "def bad(row):\n    return 'high'\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert resolve_scorer("my_scorers:half").score_row({})["reward"] == 0.5
+    out = resolve_scorer("my_scorers:with_reason").score_row({"final_text": "ok"})
+    assert (out["reward"], out["reason"], out["scorer"], out["label_source"]) == (1, "kw", "my_scorers:with_reason",
+                                                                                   "my_scorers:with_reason")
+    with pytest.raises(ScorerError, match="returned str"):
+        resolve_scorer("my_scorers:bad").score_row({})
+    for spec in ("nope", "my_scorers:missing", "no_such_module_xyz:f", "a:b:c"):
+        with pytest.raises(ScorerError):
+            resolve_scorer(spec)
+
+
+def test_score_stats():
+    stats = ScoreStats()
+    for reward, sid in [(1, "a"), (0, "a"), (None, "b"), (0.5, "b")]:
+        stats.add({"reward": reward, "scenario_id": sid})
+    assert stats.counts == {"pass": 2, "fail": 1, "ungraded": 1}
+    assert stats.mean_reward == 0.5
+    assert "| a | 2 | 1 | 1 | 0 | 50% |" in stats.groups_markdown()
+
+
+def test_flat_config_maps_to_each_asset():
+    rc = flat_to_run_config({"validate": False, "formats": "trl", "scorer": "reference_match",
+                             "min_margin": 0.5, "on_bad_line": "quarantine", "sft_rows": "all"})
+    assert rc["ops"]["sft_export"]["config"] == {"validate": False, "formats": ["trl"], "sft_rows": "all"}
+    assert rc["ops"]["dpo_export"]["config"] == {"validate": False, "formats": ["trl"]}
+    assert rc["ops"]["scored_simulation_data"]["config"] == {"scorer": "reference_match"}
+    assert rc["ops"]["preference_pairs"]["config"] == {"min_margin": 0.5}
+    assert rc["ops"]["raw_simulation_data"]["config"] == {"on_bad_line": "quarantine"}
+    assert flat_to_run_config({}) == {}
+    passthrough = {"ops": {"sft_export": {"config": {"unroll": True}}}}
+    assert flat_to_run_config(passthrough) is passthrough
+    for bad in ({"nope": 1}, {"mask_mode": "all"}, {"formats": ["csv"]}, {"min_margin": 0},
+                {"scorer": "magic"}, {"judge": "nocolon"}, {"sft_rows": "some"}, [1]):
+        with pytest.raises(ConfigFileError):
+            flat_to_run_config(bad)
+
+
+def test_partition_keys_and_sidecars(tmp_path):
+    assert partition_key_for("runs/My Run (v2).jsonl") == "My_Run_v2"
+    assert partition_key_for("a.b.jsonl") == "a.b"
+    assert partition_key_for("x.json") == "x"
+    assert meta_path_for(tmp_path / "r.jsonl") == tmp_path / "r.meta.json"
+    run = tmp_path / "r.jsonl"
+    run.write_bytes(b'{"a": 1}\n')
+    import hashlib
+
+    assert fingerprint(run) == hashlib.sha256(b'{"a": 1}\n').hexdigest()
+    (tmp_path / "r.meta.json").write_text("{}")
+    assert fingerprint(run) != hashlib.sha256(b'{"a": 1}\n').hexdigest()
+    with pytest.raises(ValueError):
+        partition_key_for("....jsonl")
+
+
+def test_register_replaces_a_stale_sidecar(storage, tmp_path):
+    src = tmp_path / "r.jsonl"
+    src.write_bytes(b'{"a": 1}\n')
+    (tmp_path / "r.meta.json").write_text('{"system_prompt": "S"}')
+    key = storage.register(src)
+    assert storage.run_meta_path(key).is_file()
+    (tmp_path / "r.meta.json").unlink()
+    storage.register(src)
+    assert not storage.run_meta_path(key).exists()
+
+
+def test_chain_with_reference_match_and_custom_scorer(chain, tmp_path, monkeypatch):
+    (tmp_path / "sample_scorers.py").write_text(
+        "def looked_up(row):\n"
+        "    calls = [s.get('tool') for s in row.get('steps') or [] if s.get('tool')]\n"
+        "    return {'reward': 1.0 if calls[:1] == ['lookup_order'] else 0.0, 'reason': 'lookup first'}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    key = chain.register()
+    result = chain.materialize(
+        key,
+        run_config={"ops": {"scored_simulation_data": {"config": {"scorer": "sample_scorers:looked_up"}}}},
+        selection=["raw_simulation_data", "scored_simulation_data"],
+    )
+    assert result.success
+    md = materialization(result, "scored_simulation_data")
+    assert md["scorer"].value == "sample_scorers:looked_up"
+    rows = read_rows(chain.storage.stage_path(key, "scored"))
+    assert {r["label_source"] for r in rows} == {"sample_scorers:looked_up"}
+    assert md["passes"].value == sum(1 for r in rows if r["reward"] == 1.0)
+
+    ref = chain.materialize(
+        key, run_config={"ops": {"scored_simulation_data": {"config": {"scorer": "reference_match"}}}},
+        selection=["scored_simulation_data"],
+    )
+    assert ref.success
+    # the sample's references are policy sentences, never the literal reply: everything fails
+    assert materialization(ref, "scored_simulation_data")["passes"].value == 0
+
+
+def test_pairwise_judge_and_ties(chain, tmp_path, monkeypatch):
+    (tmp_path / "sample_judges.py").write_text(
+        "def tool_user(a, b):\n"
+        "    used = lambda r: any(s.get('tool') == 'lookup_order' for s in r.get('steps') or [])\n"
+        "    return {'winner': 'A' if used(a) >= used(b) else 'B', 'reason': 'looked it up'}\n"
+        "def always_a(a, b):\n"
+        "    return {'winner': 'A', 'reason': 'first one'}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    key = chain.register()
+    consistent = chain.materialize(key, run_config={"ops": {"preference_pairs": {"config": {"judge": "sample_judges:tool_user"}}}})
+    assert consistent.success
+    md = materialization(consistent, "preference_pairs")
+    assert md["judge_report"].value["n_judged"] == md["pairs"].value == 8
+    # the one prompt with no order number has no tool call on either side: the judge cannot separate
+    # them, answers "A" both ways, and that position flip makes the pair a tie
+    assert md["ties"].value == 1
+    dpo = materialization(consistent, "dpo_export")
+    assert (dpo["openai/pairs"].value, dpo["openai/ties_dropped"].value) == (7, 1)
+
+    # a judge that always answers "A" flips under the swap: every pair is a tie and is dropped
+    biased = chain.materialize(key, run_config={"ops": {"preference_pairs": {"config": {"judge": "sample_judges:always_a"}}}})
+    assert biased.success
+    assert materialization(biased, "preference_pairs")["ties"].value == 8
+    dpo = materialization(biased, "dpo_export")
+    assert dpo["openai/ties_dropped"].value == 8 and dpo["openai/pairs"].value == 0
+    assert dpo["status"].value == "nothing to publish"
+    # the earlier published DPO file is left as it was (nothing new to publish)
+    assert chain.storage.published_path(key, "dpo", "openai").is_file()

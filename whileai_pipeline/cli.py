@@ -1,0 +1,250 @@
+"""``whileai-pipeline``: run the Dagster chain on one run file, in this process, with no server.
+
+    whileai-pipeline run PATH [--config FILE] [--name NAME]   register PATH and materialize the chain
+    whileai-pipeline demo [--config FILE]                     the same for the bundled sample run
+    whileai-pipeline register PATH [--name NAME]              only copy into the inbox + add the partition
+
+Exit codes: 0 success; 1 the run failed (a gate blocked an export, or a step failed on the data);
+2 bad usage (missing file, unreadable or invalid config file).
+
+Dagster instance: ``$DAGSTER_HOME`` when it is set (the same instance ``dagster dev`` uses), else a
+persistent embedded SQLite instance in ``<root>/dagster_home``, created on first use. That keeps
+partitions and run history across invocations on a fresh machine with no server and no setup; set
+``DAGSTER_HOME=<root>/dagster_home`` to open the same history in the UI.
+
+Storage root: ``--home``, else ``$WHILEAI_PIPELINE_HOME``, else ``./whileai_data``.
+"""
+
+import argparse
+import contextlib
+import io
+import logging
+import os
+import sys
+import warnings
+from pathlib import Path
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+SAMPLE_RUN = Path(__file__).resolve().parent / "sample" / "support_orders.jsonl"
+
+
+class UsageError(Exception):
+    pass
+
+
+def _load_config_file(path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"no such config file: {path}")
+    try:
+        if path.suffix.lower() == ".json":
+            import orjson
+
+            data = orjson.loads(path.read_bytes())
+        else:
+            import yaml
+
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except Exception as exc:  # orjson.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError
+        raise UsageError(f"cannot parse config file {path}: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"config file {path} must hold a mapping of options, got {type(data).__name__}")
+    return data
+
+
+def _instance(storage):
+    import dagster as dg
+
+    dagster_home = os.environ.get("DAGSTER_HOME")
+    if dagster_home:
+        home = Path(dagster_home).expanduser()
+        if not home.is_absolute():
+            raise UsageError(f"DAGSTER_HOME must be an absolute path, got {dagster_home!r}")
+        home.mkdir(parents=True, exist_ok=True)  # Dagster wants it to exist; creating it is harmless
+        return dg.DagsterInstance.get()
+    home = storage.dagster_home
+    home.mkdir(parents=True, exist_ok=True)
+    return dg.DagsterInstance.local_temp(tempdir=str(home))
+
+
+def _quiet_dagster():
+    warnings.filterwarnings("ignore", module=r"dagster(\..*)?")
+    for name in ("dagster", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _register(storage, instance, path, name=None) -> str:
+    from whileai_pipeline.defs.partitions import PARTITIONS_NAME
+
+    key = storage.register(path, name=name)
+    if not instance.has_dynamic_partition(PARTITIONS_NAME, key):
+        instance.add_dynamic_partitions(PARTITIONS_NAME, [key])
+    return key
+
+
+def _export_lines(result, storage, key):
+    """One line per export format: where it went."""
+    lines = []
+    for asset in ("sft_export", "dpo_export"):
+        mats = [e for e in result.get_asset_materialization_events()
+                if e.asset_key.to_user_string() == asset]
+        if not mats:
+            lines.append(f"  {asset}: not materialized")
+            continue
+        md = mats[-1].materialization.metadata
+        status = md["status"].value if "status" in md else "?"
+        formats = md["formats"].value if "formats" in md else []
+        for fmt in formats:
+            rows = md.get(f"{fmt}/rows_written") or md.get(f"{fmt}/pairs")
+            count = rows.value if rows is not None else "?"
+            unit = "rows" if asset == "sft_export" else "pairs"
+            for label in ("published_path", "rejected_path"):
+                if f"{fmt}/{label}" in md:
+                    where = md[f"{fmt}/{label}"].value
+                    verb = "published" if label == "published_path" else "REJECTED"
+                    if status == "unchanged":
+                        verb = "unchanged"
+                    lines.append(f"  {asset} [{fmt}]: {verb} {count} {unit} -> {where}")
+                    break
+            else:
+                lines.append(f"  {asset} [{fmt}]: nothing written ({count} {unit}; {status})")
+        if "rejected_path" in md:
+            lines.append(f"  {asset}: candidate and reports kept under {md['rejected_path'].value}")
+    return lines
+
+
+def _failure_lines(result):
+    lines, blocked = [], False
+    for ev in result.get_asset_check_evaluations():
+        if not ev.passed:
+            blocked = blocked or ev.severity.value == "ERROR"
+            lines.append(f"  gate {ev.asset_key.to_user_string()}.{ev.check_name} FAILED: {ev.description}")
+    for event in result.all_events:
+        if event.event_type_value == "STEP_FAILURE" and "DagsterAssetCheckFailedError" not in str(event.event_specific_data):
+            err = getattr(event.event_specific_data, "error", None)
+            message = err.message.strip().splitlines()[0] if err and err.message else "failed"
+            message = message.removeprefix("dagster._core.definitions.events.Failure: ")
+            lines.append(f"  step {event.step_key} failed: {message}")
+    return blocked, lines
+
+
+def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, out=None) -> int:
+    """Register ``path`` and materialize the whole chain for it; returns the exit code.
+
+    Raises ``UsageError`` for bad usage (missing file, bad config) before anything runs."""
+    out = out or sys.stdout
+    from whileai_pipeline.defs.config import ConfigFileError, flat_to_run_config
+    from whileai_pipeline.defs.resources import PipelineStorage, partition_key_for
+
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"no such run file: {path}")
+    options = _load_config_file(config_file) if config_file else {}
+    try:
+        run_config = flat_to_run_config(options)
+        partition_key_for(name or path)
+    except (ConfigFileError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+    if not verbose:
+        _quiet_dagster()
+    import dagster as dg
+
+    from whileai_pipeline.definitions import defs
+
+    storage = PipelineStorage(root=str(home) if home else None)
+    if not verbose:
+        run_config = {**run_config, "loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+    job = defs.resolve_job_def("simulation_chain")
+    capture = contextlib.nullcontext() if verbose else contextlib.redirect_stderr(io.StringIO())
+    with _instance(storage) as instance:
+        key = _register(storage, instance, path, name)
+        print(f"run {key!r}: {path} -> {storage.run_path(key)}", file=out)
+        try:
+            with capture:
+                result = job.execute_in_process(
+                    run_config=run_config,
+                    instance=instance,
+                    partition_key=key,
+                    resources={"storage": storage},
+                    raise_on_error=False,
+                )
+        except dg.DagsterInvalidConfigError as exc:
+            raise UsageError(f"invalid config: {exc}") from None
+    print(f"dagster run {result.run_id} ({'success' if result.success else 'FAILED'})", file=out)
+    for line in _export_lines(result, storage, key):
+        print(line, file=out)
+    if result.success:
+        return EXIT_OK
+    blocked, lines = _failure_lines(result)
+    for line in lines:
+        print(line, file=out)
+    if blocked:
+        print("a gate blocked publishing: the published files were left untouched", file=out)
+    return EXIT_FAILED
+
+
+def register_only(path, *, name=None, home=None, out=None) -> int:
+    out = out or sys.stdout
+    from whileai_pipeline.defs.resources import PipelineStorage
+
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"no such run file: {path}")
+    _quiet_dagster()
+    storage = PipelineStorage(root=str(home) if home else None)
+    try:
+        with _instance(storage) as instance:
+            key = _register(storage, instance, path, name)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"registered {key!r}: {storage.run_path(key)}", file=out)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="whileai-pipeline",
+        description="Turn simulated agent runs into gated SFT and DPO training files (Dagster, in process).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p):
+        p.add_argument("--home", help="storage root (default: $WHILEAI_PIPELINE_HOME or ./whileai_data)")
+        p.add_argument("-v", "--verbose", action="store_true", help="show Dagster's own logs")
+
+    p_run = sub.add_parser("run", help="register a run file and materialize the whole chain for it")
+    p_run.add_argument("path", help="a JSONL run (a <name>.meta.json sidecar beside it is taken along)")
+    p_run.add_argument("--config", help="YAML or JSON file of options (flat names, or a Dagster run config)")
+    p_run.add_argument("--name", help="partition name (default: the file name without .jsonl)")
+    common(p_run)
+
+    p_demo = sub.add_parser("demo", help="run the chain on the sample run bundled with the package")
+    p_demo.add_argument("--config", help="YAML or JSON file of options")
+    common(p_demo)
+
+    p_reg = sub.add_parser("register", help="copy a run into the inbox and add its partition, without running")
+    p_reg.add_argument("path")
+    p_reg.add_argument("--name")
+    common(p_reg)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return run_chain(args.path, config_file=args.config, name=args.name, home=args.home,
+                             verbose=args.verbose)
+        if args.command == "demo":
+            return run_chain(SAMPLE_RUN, config_file=args.config, home=args.home, verbose=args.verbose)
+        return register_only(args.path, name=args.name, home=args.home)
+    except UsageError as exc:
+        print(f"whileai-pipeline: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

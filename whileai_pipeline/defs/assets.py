@@ -1,0 +1,444 @@
+"""The five assets, one partition per simulation run.
+
+    raw_simulation_data -> scored_simulation_data -> preference_pairs -> dpo_export
+                           scored_simulation_data -> sft_export
+
+Every asset reads and writes JSONL files through the storage resource and returns a
+``MaterializeResult`` (metadata only), so no row list passes through an IO manager. The export
+logic lives in the library (``whileai_pipeline.simulations``); this layer chooses files, calls it,
+decides publish or reject from the reports, and describes what happened.
+"""
+
+import os
+
+import dagster as dg
+import orjson
+
+import whileai_pipeline.simulations as wai
+from whileai_pipeline.core.errors import BadJsonlError, ExportError
+from whileai_pipeline.core.jsonl import atomic_file, dumps_line, iter_jsonl, sha256_file, write_jsonl
+from whileai_pipeline.core.pairs import build_pairs_file
+from whileai_pipeline.core.scoring import ScoreStats, ScorerError, load_callable, resolve_scorer, verdict
+
+from .config import DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreConfig, SftExportConfig
+from .partitions import simulation_runs
+from .publishing import discard, failed_gates, publish, reject, rejected_dir_name
+from .resources import PipelineStorage, copy_atomic, fingerprint, meta_path_for
+from .summaries import RawStats, dpo_numbers, export_summary_markdown, sft_numbers
+
+GROUP = "whileai"
+STAGE_RAW, STAGE_SCORED, STAGE_SFT_SOURCE, STAGE_PAIRS = "raw", "scored", "sft_source", "pairs"
+
+
+def _stage_sidecar(src_run, dest_run) -> bool:
+    """Copy ``src_run``'s sidecar beside ``dest_run`` (or remove a stale one); True if there is one."""
+    src, dest = meta_path_for(src_run), meta_path_for(dest_run)
+    if src.is_file():
+        copy_atomic(src, dest)
+        return True
+    if dest.exists():
+        dest.unlink()
+    return False
+
+
+def _require_stage(path, needs: str):
+    if not path.is_file():
+        raise dg.Failure(
+            description=f"missing stage file {path}: materialize {needs} for this partition first "
+            "(the whole chain: `whileai-pipeline run PATH`, or select the upstream assets too)."
+        )
+
+
+def _library_failure(exc: Exception, what: str) -> dg.Failure:
+    return dg.Failure(description=f"{what}: {exc}", metadata={"error": type(exc).__name__})
+
+
+# --------------------------------------------------------------------------- 1. raw
+
+@dg.asset(
+    partitions_def=simulation_runs,
+    group_name=GROUP,
+    kinds={"python", "jsonl"},
+    description="The run as read from the inbox (JSONL trajectories, still carrying their privileged "
+    "blocks) plus its optional sidecar, validated line by line and snapshotted to stages/<run>/raw.jsonl.",
+)
+def raw_simulation_data(
+    context: dg.AssetExecutionContext, config: RawConfig, storage: PipelineStorage
+) -> dg.MaterializeResult:
+    key = context.partition_key
+    src = storage.find_run(key)
+    if src is None:
+        raise dg.Failure(
+            description=f"no run file for partition {key!r}: expected {storage.run_path(key)}. Register "
+            "one with `whileai-pipeline run PATH` or copy <name>.jsonl into the inbox."
+        )
+    meta_src = meta_path_for(src)
+    if meta_src.is_file():
+        try:
+            wai.load_run(src)  # reads and checks the sidecar (system_prompt, tools)
+        except (ValueError, OSError) as exc:
+            raise dg.Failure(description=f"unreadable sidecar {meta_src}: {exc}") from None
+
+    stage = storage.stage_path(key, STAGE_RAW)
+    quarantine = storage.stage_path(key, "quarantine")
+    # Snapshot first, then read only the snapshot: the rows counted, hashed and staged are the same
+    # bytes even if the inbox file changes meanwhile. The previous stage survives a failed read.
+    snapshot = stage.with_name(f".{stage.name}.incoming")
+    copy_atomic(src, snapshot)
+    stats = RawStats()
+    quarantined = 0
+    try:
+        run_sha = sha256_file(snapshot)
+        n_bytes = snapshot.stat().st_size
+        if config.on_bad_line == OnBadLine.fail:
+            try:
+                for lineno, row in iter_jsonl(snapshot):
+                    if not isinstance(row, dict):
+                        raise BadJsonlError(src, lineno,
+                                            f"expected a JSON object (one trajectory), got {type(row).__name__}")
+                    stats.add(row)
+            except BadJsonlError as exc:
+                message = str(exc).replace(str(snapshot), str(src))
+                raise dg.Failure(description=message, metadata={"path": dg.MetadataValue.path(str(src)),
+                                                                "line": exc.line}) from None
+            os.replace(snapshot, stage)
+            if quarantine.exists():
+                quarantine.unlink()
+        else:
+            quarantined = _copy_with_quarantine(snapshot, src, stage, quarantine, stats)
+    finally:
+        if snapshot.exists():
+            snapshot.unlink()
+    has_sidecar = _stage_sidecar(src, stage)
+    sidecar = wai.load_run(stage).profile if has_sidecar else None
+
+    metadata = {
+        "dagster/row_count": stats.rows,
+        "rows": stats.rows,
+        "bytes": n_bytes,
+        "sha256": run_sha,
+        "fingerprint": fingerprint(src, run_sha=run_sha),
+        "prompts": stats.prompts,
+        "groups": stats.groups,
+        "rows_with_privileged": stats.privileged_rows,
+        "tool_calls": stats.tool_calls,
+        "finish_reasons": dg.MetadataValue.json(dict(sorted(stats.finish_reasons.items()))),
+        "quarantined_lines": quarantined,
+        "source_path": dg.MetadataValue.path(str(src)),
+        "stage_path": dg.MetadataValue.path(str(stage)),
+        "sidecar": dg.MetadataValue.text(str(meta_src) if has_sidecar else "(none)"),
+        "system_prompt_chars": len(sidecar.policy) if sidecar else 0,
+        "tools_declared": len(sidecar.tools) if sidecar else 0,
+        "preview": dg.MetadataValue.md(stats.preview_markdown()),
+    }
+    if quarantined:
+        metadata["quarantine_path"] = dg.MetadataValue.path(str(quarantine))
+        context.log.warning(f"{quarantined} unreadable line(s) of {src} quarantined to {quarantine}")
+    if stats.rows and not stats.privileged_rows:
+        context.log.warning(
+            "no row carries a privileged block: the leak gates will have nothing to read "
+            "(rows saved through the export are scrubbed; export the raw trajectories instead)"
+        )
+    return dg.MaterializeResult(metadata=metadata)
+
+
+def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> int:
+    """Copy readable lines verbatim to ``stage``; unreadable ones go to ``quarantine`` as records
+    naming the run file ``src`` and the line number."""
+    bad = 0
+    with open(snapshot, "rb") as fin, atomic_file(stage) as out, atomic_file(quarantine) as qout:
+        for lineno, line in enumerate(fin, 1):
+            if lineno == 1 and line.startswith(b"\xef\xbb\xbf"):
+                line = line[3:]
+            body = line.strip()
+            if not body:
+                continue
+            reason = None
+            try:
+                row = orjson.loads(body)
+                if not isinstance(row, dict):
+                    reason = f"expected a JSON object (one trajectory), got {type(row).__name__}"
+            except orjson.JSONDecodeError as exc:
+                try:
+                    body.decode("utf-8")
+                    reason = str(exc)
+                except UnicodeDecodeError as uexc:
+                    reason = f"invalid UTF-8 at byte {uexc.start}"
+            if reason is None:
+                stats.add(row)
+                out.write(body + b"\n")
+            else:
+                bad += 1
+                qout.write(dumps_line({"path": str(src), "line": lineno, "reason": reason,
+                                       "text": body.decode("utf-8", "replace")}))
+    if not bad:
+        quarantine.unlink()
+    return bad
+
+
+# --------------------------------------------------------------------------- 2. scored
+
+@dg.asset(
+    partitions_def=simulation_runs,
+    group_name=GROUP,
+    deps=[raw_simulation_data],
+    kinds={"python", "jsonl"},
+    description="Every raw row with a reward from the configured scorer (existing, reference_match or "
+    "module:function) and who scored it (scorer, label_source); stages/<run>/scored.jsonl.",
+)
+def scored_simulation_data(
+    context: dg.AssetExecutionContext, config: ScoreConfig, storage: PipelineStorage
+) -> dg.MaterializeResult:
+    key = context.partition_key
+    raw = storage.stage_path(key, STAGE_RAW)
+    _require_stage(raw, "raw_simulation_data")
+    try:
+        scorer = resolve_scorer(config.scorer)
+    except ScorerError as exc:
+        raise dg.Failure(description=str(exc)) from None
+    scored = storage.stage_path(key, STAGE_SCORED)
+    stats = ScoreStats()
+    try:
+        with atomic_file(scored) as out:
+            for _, row in iter_jsonl(raw):
+                row = scorer.score_row(row)
+                stats.add(row)
+                out.write(dumps_line(row))
+    except ScorerError as exc:
+        raise dg.Failure(description=str(exc)) from None
+    _stage_sidecar(raw, scored)
+    metadata = {
+        "dagster/row_count": stats.n,
+        "scorer": scorer.name,
+        "passes": stats.counts["pass"],
+        "fails": stats.counts["fail"],
+        "ungraded": stats.counts["ungraded"],
+        "pass_rate": round(stats.counts["pass"] / (stats.counts["pass"] + stats.counts["fail"]), 4)
+        if stats.counts["pass"] + stats.counts["fail"] else 0.0,
+        "groups": len(stats.groups),
+        "reward_histogram": dg.MetadataValue.md(stats.histogram_markdown()),
+        "group_pass_rates": dg.MetadataValue.md(stats.groups_markdown()),
+        "stage_path": dg.MetadataValue.path(str(scored)),
+        "sha256": sha256_file(scored),
+    }
+    if stats.mean_reward is not None:
+        metadata["mean_reward"] = stats.mean_reward
+    return dg.MaterializeResult(metadata=metadata)
+
+
+# --------------------------------------------------------------------------- 3. pairs
+
+@dg.asset(
+    partitions_def=simulation_runs,
+    group_name=GROUP,
+    deps=[scored_simulation_data],
+    kinds={"python", "jsonl"},
+    description="Chosen/rejected pairs from rollouts of the same prompt whose rewards differ by at least "
+    "min_margin (build_preference_pairs), optionally judged pairwise; stages/<run>/pairs.jsonl.",
+)
+def preference_pairs(
+    context: dg.AssetExecutionContext, config: PairsConfig, storage: PipelineStorage
+) -> dg.MaterializeResult:
+    key = context.partition_key
+    scored = storage.stage_path(key, STAGE_SCORED)
+    _require_stage(scored, "scored_simulation_data")
+    path = storage.stage_path(key, STAGE_PAIRS)
+    try:
+        # File to file: the library keeps one summary per row, not the rows (memory stays flat).
+        report = build_pairs_file(
+            scored,
+            path,
+            max_pairs_per_prompt=config.max_pairs_per_prompt,
+            min_margin=config.min_margin,
+            length_match=config.length_match,
+        )
+    except ValueError as exc:
+        raise _library_failure(exc, "build_preference_pairs") from None
+    report = {k: v for k, v in report.items() if k not in ("path", "n_written", "sha256")}
+    judge_report = None
+    if config.judge:
+        try:
+            judge = load_callable(config.judge, "judge")
+            pairs, judge_report = wai.judge_pairs([p for _, p in iter_jsonl(path)], judge)
+        except (ScorerError, ValueError) as exc:
+            raise _library_failure(exc, "judge_pairs") from None
+        write_jsonl(path, pairs)
+        del pairs
+    _stage_sidecar(scored, path)  # export_preference reads the system prompt and tools from it
+    n_pairs = ties = 0
+    for _, pair in iter_jsonl(path):
+        n_pairs += 1
+        ties += bool(pair.get("tie"))
+    metadata = {
+        "dagster/row_count": n_pairs,
+        "pairs": n_pairs,
+        "prompts_seen": report.get("prompts_seen") or 0,
+        "prompts_with_contrast": report.get("prompts_with_contrast") or 0,
+        "trainer_pairs": report.get("trainer_pairs") or 0,
+        "ties": ties,
+        "pair_report": dg.MetadataValue.json(report),
+        "stage_path": dg.MetadataValue.path(str(path)),
+        "sha256": sha256_file(path),
+    }
+    if isinstance(report.get("mean_margin"), (int, float)):
+        metadata["mean_margin"] = float(report["mean_margin"])
+    if judge_report is not None:
+        metadata["judge"] = config.judge
+        metadata["judge_report"] = dg.MetadataValue.json(judge_report)
+    if report.get("note"):
+        context.log.warning(report["note"])
+    return dg.MaterializeResult(metadata=metadata)
+
+
+# --------------------------------------------------------------------------- 4/5. exports
+
+def _finish_export(context, storage, kind, formats, candidates, reports, validate, cand_dir):
+    """Decide from the reports, publish or reject, and describe it all as metadata."""
+    key = context.partition_key
+    failed = failed_gates(reports)
+    blocked = validate and bool(failed)
+    rejected_dir = None
+    try:
+        if blocked:
+            rejected_dir = storage.rejected_root(key) / rejected_dir_name(context.run.run_id, kind)
+            outcomes = reject(candidates, reports, rejected_dir, failed, validate)
+        else:
+            destinations = {fmt: storage.published_path(key, kind, fmt) for fmt in formats}
+            outcomes = publish(candidates, reports, destinations)
+    finally:
+        discard(cand_dir)
+
+    if blocked:
+        status = "rejected"
+    elif not any(o["path"] for o in outcomes.values()):
+        status = "nothing to publish"
+    elif all(o["unchanged"] for o in outcomes.values() if o["path"]):
+        status = "unchanged"
+    else:
+        status = "published"
+
+    numbers = sft_numbers if kind == "sft" else dpo_numbers
+    first = reports[formats[0]]
+    row_count = first.get("n_written") if kind == "sft" else first.get("pairs")
+    metadata = {
+        "status": status,
+        "validate": validate,
+        "published": not blocked and any(o["path"] for o in outcomes.values()),
+        "formats": dg.MetadataValue.json(list(formats)),
+        "gates": dg.MetadataValue.json({fmt: {g: g not in failed.get(fmt, []) for g in
+                                              ("tool_call_roundtrip", "privileged_leak")} for fmt in formats}),
+        "dagster/row_count": int(row_count or 0),
+    }
+    if rejected_dir is not None:
+        metadata["rejected_path"] = dg.MetadataValue.path(str(rejected_dir))
+    for fmt in formats:
+        report, outcome = reports[fmt], outcomes[fmt]
+        metadata[f"{fmt}/report"] = dg.MetadataValue.json(report)
+        for name, value in numbers(report).items():
+            metadata[f"{fmt}/{name}"] = value
+        if outcome["path"]:
+            label = "rejected_path" if blocked else "published_path"
+            metadata[f"{fmt}/{label}"] = dg.MetadataValue.path(outcome["path"])
+            metadata[f"{fmt}/sha256"] = outcome["sha256"]
+    warnings = {fmt: reports[fmt]["warnings"] for fmt in formats if reports[fmt].get("warnings")}
+    if warnings:
+        metadata["warnings"] = dg.MetadataValue.json(warnings)
+    if first.get("source_path"):
+        metadata["source_path"] = dg.MetadataValue.path(str(first["source_path"]))
+        metadata["source_sha256"] = str(first.get("source_sha256") or "")
+    metadata["summary"] = dg.MetadataValue.md(
+        export_summary_markdown(kind, reports, outcomes, status, validate, failed, rejected_dir)
+    )
+    if blocked:
+        context.log.error(
+            f"{kind} export for {key!r} refused by its gates ({failed}); candidate kept under "
+            f"{rejected_dir}; the published files are unchanged"
+        )
+    elif failed:
+        context.log.warning(f"{kind} export for {key!r} failed gates {failed} but validate=False: published anyway")
+    return dg.MaterializeResult(metadata=metadata)
+
+
+@dg.asset(
+    partitions_def=simulation_runs,
+    group_name=GROUP,
+    deps=[scored_simulation_data],
+    kinds={"python", "jsonl"},
+    description="SFT training files (export_dataset) in each configured format, published to "
+    "published/<run>/sft.<format>.jsonl only when the round-trip and leak gates pass.",
+)
+def sft_export(
+    context: dg.AssetExecutionContext, config: SftExportConfig, storage: PipelineStorage
+) -> dg.MaterializeResult:
+    key = context.partition_key
+    scored = storage.stage_path(key, STAGE_SCORED)
+    _require_stage(scored, "scored_simulation_data")
+    if config.sft_rows == "pass":
+        source = storage.stage_path(key, STAGE_SFT_SOURCE)
+        with atomic_file(source) as out:
+            for _, row in iter_jsonl(scored):
+                if isinstance(row, dict) and verdict(row.get("reward")) == "pass":
+                    out.write(dumps_line(row))
+        _stage_sidecar(scored, source)
+    else:
+        source = scored
+    formats = list(config.formats)
+    cand_dir = storage.candidate_dir(key, context.run.run_id)
+    candidates, reports = {}, {}
+    try:
+        for fmt in formats:
+            candidates[fmt] = cand_dir / f"sft.{fmt}.jsonl"
+            reports[fmt] = wai.export_dataset(
+                str(source),
+                str(candidates[fmt]),
+                validate=False,
+                format=fmt,
+                mask_mode=config.mask_mode.value,
+                unroll=config.unroll,
+                strip_think=config.strip_think,
+                max_tool_output_chars=config.max_tool_output_chars,
+            )
+    except (ExportError, ValueError) as exc:
+        discard(cand_dir)
+        raise _library_failure(exc, "export_dataset") from None
+    return _finish_export(context, storage, "sft", formats, candidates, reports, config.validate_gates, cand_dir)
+
+
+@dg.asset(
+    partitions_def=simulation_runs,
+    group_name=GROUP,
+    deps=[preference_pairs],
+    kinds={"python", "jsonl"},
+    description="DPO preference files (export_preference) in each configured format, published to "
+    "published/<run>/dpo.<format>.jsonl only when the round-trip and leak gates pass.",
+)
+def dpo_export(
+    context: dg.AssetExecutionContext, config: DpoExportConfig, storage: PipelineStorage
+) -> dg.MaterializeResult:
+    key = context.partition_key
+    pairs_path = storage.stage_path(key, STAGE_PAIRS)
+    _require_stage(pairs_path, "preference_pairs")
+    formats = list(config.formats)
+    cand_dir = storage.candidate_dir(key, context.run.run_id)
+    candidates, reports = {}, {}
+    try:
+        for fmt in formats:
+            candidates[fmt] = cand_dir / f"dpo.{fmt}.jsonl"
+            # A path source: the pairs stream from the stage file, the system prompt and tools come
+            # from its sidecar (pairs.meta.json), and the report names the file and its SHA-256.
+            reports[fmt] = wai.export_preference(
+                str(pairs_path),
+                str(candidates[fmt]),
+                strip_think=config.strip_think,
+                validate=False,
+                drop_ties=config.drop_ties,
+                format=fmt,
+            )
+    except (ExportError, ValueError) as exc:
+        discard(cand_dir)
+        raise _library_failure(exc, "export_preference") from None
+    return _finish_export(context, storage, "dpo", formats, candidates, reports, config.validate_gates, cand_dir)
+
+
+ASSETS = [raw_simulation_data, scored_simulation_data, preference_pairs, sft_export, dpo_export]
+ASSET_NAMES = [a.key.to_user_string() for a in ASSETS]

@@ -1,0 +1,115 @@
+"""Jobs, the inbox sensor and the re-export schedule.
+
+* ``simulation_chain``: all five assets and their checks, for one partition.
+* ``reexport``: the two export assets and their checks (reads the stage files, so it re-publishes
+  from the last scored rows and pairs; it never reads ``rejected/``).
+* ``inbox_sensor``: a new or changed run file (or sidecar) in the inbox registers a partition and
+  requests the chain for it, once per content (``run_key = "<name>:<sha256[:16]>"``).
+* ``reexport_schedule``: on ``$WHILEAI_PIPELINE_CRON`` (default ``0 3 * * *``, daily at 03:00
+  UTC), one re-export request per registered run.
+"""
+
+import os
+
+import dagster as dg
+import orjson
+
+from .assets import ASSET_NAMES, dpo_export, raw_simulation_data, sft_export
+from .partitions import PARTITIONS_NAME
+from .resources import PipelineStorage, fingerprint, meta_path_for
+
+ENV_CRON = "WHILEAI_PIPELINE_CRON"
+DEFAULT_CRON = "0 3 * * *"
+
+simulation_chain_job = dg.define_asset_job(
+    "simulation_chain",
+    selection=dg.AssetSelection.assets(*ASSET_NAMES),
+    description="The whole chain for one run: raw -> scored -> pairs -> SFT and DPO exports, with the gates.",
+)
+
+reexport_job = dg.define_asset_job(
+    "reexport",
+    selection=dg.AssetSelection.assets(sft_export, dpo_export),
+    description="Re-export one run from its stage files (scored rows, pairs), with the gates.",
+)
+
+
+def _signature(path):
+    """Cheap change detector: size and mtime of the run file and of its sidecar."""
+    st = path.stat()
+    meta = meta_path_for(path)
+    mst = meta.stat() if meta.is_file() else None
+    return [st.st_size, st.st_mtime_ns, mst.st_size if mst else None, mst.st_mtime_ns if mst else None]
+
+
+def _already_materialized(instance, key, fp) -> bool:
+    """True when raw_simulation_data's latest materialization for ``key`` read exactly this content
+    (e.g. the CLI ran it), so the sensor does not request the same work again."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=raw_simulation_data.key, asset_partitions=[key]), limit=1
+    ).records
+    if not records:
+        return False
+    entry = records[0].asset_materialization.metadata.get("fingerprint")
+    return entry is not None and entry.value == fp
+
+
+@dg.sensor(
+    job=simulation_chain_job,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Watches <root>/inbox for new or changed <run>.jsonl files (and their .meta.json "
+    "sidecars); registers each as a partition and runs the chain once per content.",
+)
+def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) -> dg.SensorResult:
+    seen = orjson.loads(context.cursor) if context.cursor else {}
+    registered = set(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
+    new_keys, requests, cursor = [], [], {}
+    for key, path in storage.inbox_runs():
+        try:
+            sig = _signature(path)
+        except FileNotFoundError:  # removed while we looked
+            continue
+        prev = seen.get(key)
+        if prev and prev.get("sig") == sig:
+            cursor[key] = prev
+            continue
+        fp = fingerprint(path)
+        cursor[key] = {"sig": sig, "fp": fp}
+        if prev and prev.get("fp") == fp:
+            continue  # touched, not changed
+        if key in registered and _already_materialized(context.instance, key, fp):
+            continue
+        if key not in registered and key not in new_keys:
+            new_keys.append(key)
+        requests.append(
+            dg.RunRequest(run_key=f"{key}:{fp[:16]}", partition_key=key,
+                          tags={"whileai/run_file": str(path), "whileai/fingerprint": fp})
+        )
+    partitions = [dg.AddDynamicPartitionsRequest(PARTITIONS_NAME, new_keys)] if new_keys else []
+    return dg.SensorResult(
+        run_requests=requests,
+        dynamic_partitions_requests=partitions,
+        cursor=orjson.dumps(cursor, option=orjson.OPT_SORT_KEYS).decode(),
+    )
+
+
+@dg.schedule(
+    cron_schedule=os.environ.get(ENV_CRON) or DEFAULT_CRON,
+    job=reexport_job,
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description=f"Re-exports every registered run (export assets and their checks) on ${ENV_CRON} "
+    f"(default '{DEFAULT_CRON}', UTC). Unchanged inputs and config give byte-identical files.",
+)
+def reexport_schedule(context: dg.ScheduleEvaluationContext):
+    keys = sorted(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
+    if not keys:
+        return dg.SkipReason("no simulation runs registered yet")
+    tick = context.scheduled_execution_time.isoformat() if context.scheduled_execution_time else "manual"
+    return [dg.RunRequest(run_key=f"reexport:{key}:{tick}", partition_key=key) for key in keys]
+
+
+JOBS = [simulation_chain_job, reexport_job]
+SENSORS = [inbox_sensor]
+SCHEDULES = [reexport_schedule]

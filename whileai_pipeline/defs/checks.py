@@ -1,0 +1,164 @@
+"""The gates as blocking asset checks: ``tool_call_roundtrip`` and ``privileged_leak`` on both exports.
+
+Each check reads the export report from the latest materialization of its asset for the partition
+(the export asset stores every format's full report as metadata). Under ``validate=True`` a failed
+gate is ``passed=False`` with ERROR severity; because the checks are ``blocking=True``, Dagster then
+fails the check step (``DagsterAssetCheckFailedError``), skips everything downstream and fails the
+run, so ``dagster asset materialize`` and ``whileai-pipeline run`` exit non-zero. The export asset
+has already kept the published files untouched and moved the candidate under ``rejected/``.
+
+Under ``validate=False`` the checks pass with WARN severity and say what was let through. A leak
+check that had nothing to read (no row carried privileged context) passes with WARN and says so.
+"""
+
+import warnings
+
+import dagster as dg
+
+from .assets import dpo_export, sft_export
+from .partitions import simulation_runs
+
+ERROR, WARN = dg.AssetCheckSeverity.ERROR, dg.AssetCheckSeverity.WARN
+
+
+def _latest_metadata(context, asset_key):
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[context.partition_key]), limit=1
+    ).records
+    if not records:
+        return None, None
+    record = records[0]
+    return record.asset_materialization.metadata, record.run_id
+
+
+def _value(metadata, name, default=None):
+    entry = metadata.get(name)
+    return default if entry is None else entry.value
+
+
+def _reports(metadata):
+    return {fmt: _value(metadata, f"{fmt}/report") or {} for fmt in _value(metadata, "formats", [])}
+
+
+def _no_materialization(asset_key, partition):
+    return dg.AssetCheckResult(
+        passed=False,
+        severity=ERROR,
+        description=f"nothing to check: {asset_key.to_user_string()} has no materialization for "
+        f"partition {partition!r}",
+    )
+
+
+def _common_metadata(metadata, run_id):
+    out = {"validate": bool(_value(metadata, "validate", True)), "export_status": _value(metadata, "status", "")}
+    if run_id:
+        out["materialization_run_id"] = run_id
+    rejected = _value(metadata, "rejected_path")
+    if rejected:
+        out["rejected_path"] = dg.MetadataValue.path(str(rejected))
+    return out
+
+
+def _roundtrip_result(metadata, run_id):
+    reports = _reports(metadata)
+    validate = bool(_value(metadata, "validate", True))
+    out = _common_metadata(metadata, run_id)
+    checked = invalid = 0
+    bad = []
+    for fmt, report in reports.items():
+        part = report.get("tool_call_roundtrip") or {}
+        out[f"{fmt}/tool_call_roundtrip"] = dg.MetadataValue.json(part)
+        out[f"{fmt}/checked"] = int(part.get("checked") or 0)
+        out[f"{fmt}/invalid"] = int(part.get("invalid") or 0)
+        checked += out[f"{fmt}/checked"]
+        invalid += out[f"{fmt}/invalid"]
+        if part.get("invalid"):
+            bad.append(f"{fmt}: {part.get('invalid')} of {part.get('checked')} (rows {part.get('rows')})")
+    if not bad:
+        text = f"all {checked} tool call(s) parse back to structured arguments in every format"
+        if validate:
+            return dg.AssetCheckResult(passed=True, severity=ERROR, description=text, metadata=out)
+        return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
+                                   description=text + " (validate=False: this gate would not have blocked)")
+    text = "tool calls whose arguments do not parse back to an object: " + "; ".join(bad)
+    if validate:
+        return dg.AssetCheckResult(passed=False, severity=ERROR, metadata=out,
+                                   description=text + ". Export refused; candidate kept under rejected/.")
+    return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
+                               description=text + ". Exported anyway (validate=False).")
+
+
+def _leak_result(metadata, run_id):
+    reports = _reports(metadata)
+    validate = bool(_value(metadata, "validate", True))
+    out = _common_metadata(metadata, run_id)
+    any_checked = False
+    leaked_total = 0
+    rejected_quoting = 0
+    summaries = []
+    for fmt, report in reports.items():
+        part = report.get("privileged_leaks") or {}
+        out[f"{fmt}/privileged_leaks"] = dg.MetadataValue.json(part)
+        out[f"{fmt}/rows_checked"] = int(part.get("n_checked") or 0)
+        out[f"{fmt}/rows_leaked"] = int(part.get("n_leaked") or 0)
+        any_checked = any_checked or bool(part.get("checked"))
+        leaked_total = max(leaked_total, int(part.get("n_leaked") or 0))
+        rejected_quoting = max(rejected_quoting, int(part.get("rejected_quoting") or 0))
+        if part.get("summary") and part["summary"] not in summaries:
+            summaries.append(part["summary"])
+    summary = "; ".join(summaries) or "no leak report"
+    if rejected_quoting:
+        out["rejected_quoting"] = rejected_quoting
+        summary += (f"; {rejected_quoting} rejected side(s) quote their privileged context "
+                    "(a useful negative, not refused)")
+    if leaked_total:
+        if validate:
+            return dg.AssetCheckResult(passed=False, severity=ERROR, metadata=out,
+                                       description=summary + ". Export refused; candidate kept under rejected/.")
+        return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
+                                   description=summary + ". Exported anyway (validate=False).")
+    if not any_checked:
+        return dg.AssetCheckResult(
+            passed=True, severity=WARN, metadata=out,
+            description="NOTHING TO READ: " + summary + ". This pass proves nothing about leaks: export "
+            "raw trajectories (which keep their privileged blocks), not rows saved through the export.",
+        )
+    if not validate:
+        return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
+                                   description=summary + " (validate=False: this gate would not have blocked)")
+    return dg.AssetCheckResult(passed=True, severity=WARN if rejected_quoting else ERROR,
+                               metadata=out, description=summary)
+
+
+_DESCRIPTIONS = {
+    "tool_call_roundtrip": "Every tool call's arguments parse back to an object in the exported encoding "
+    "(openai: a JSON string; trl: a dict). Blocking: a failure under validate=True refuses the export.",
+    "privileged_leak": "No exported assistant turn quotes its row's privileged context (reference, principle, "
+    "hidden state). Blocking: a failure under validate=True refuses the export. Nothing to read: WARN.",
+}
+_RESULTS = {"tool_call_roundtrip": _roundtrip_result, "privileged_leak": _leak_result}
+
+
+def _gate_check(asset_def, gate):
+    asset_key = asset_def.key
+
+    def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        metadata, run_id = _latest_metadata(context, asset_key)
+        if metadata is None:
+            return _no_materialization(asset_key, context.partition_key)
+        return _RESULTS[gate](metadata, run_id)
+
+    # Partitioned checks record their result per run (partition) in the UI. Dagster 1.13 marks
+    # `partitions_def` on checks as preview; the version is pinned, so the warning is silenced here.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*partitions_def on an AssetCheckSpec.*")
+        return dg.asset_check(
+            asset=asset_def,
+            name=gate,
+            blocking=True,
+            partitions_def=simulation_runs,
+            description=_DESCRIPTIONS[gate],
+        )(_check)
+
+
+CHECKS = [_gate_check(asset_def, gate) for asset_def in (sft_export, dpo_export) for gate in _RESULTS]

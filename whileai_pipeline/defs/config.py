@@ -1,0 +1,235 @@
+"""Run config: every exporter option, with the library's defaults, on the asset that uses it.
+
+Each asset takes only the options it reads, so the launchpad shows them where they act:
+
+==========================  =============================================================
+asset                       options
+==========================  =============================================================
+raw_simulation_data         on_bad_line
+scored_simulation_data      scorer
+preference_pairs            max_pairs_per_prompt, min_margin, length_match, judge
+sft_export                  formats, mask_mode, unroll, strip_think, max_tool_output_chars,
+                            validate, sft_rows
+dpo_export                  formats, strip_think, validate, drop_ties
+==========================  =============================================================
+
+``flat_to_run_config`` turns one flat mapping of these names (the CLI's ``--config`` file) into a
+Dagster run config, sending shared names (formats, strip_think, validate) to both exports.
+"""
+
+import enum
+from typing import List, Optional
+
+import dagster as dg
+from pydantic import Field, field_validator
+
+from whileai_pipeline.core.scoring import BUILTIN_SCORERS
+
+FORMATS = ("openai", "trl")
+
+
+class OnBadLine(enum.Enum):
+    fail = "fail"
+    quarantine = "quarantine"
+
+
+class MaskMode(enum.Enum):
+    assistant = "assistant"
+    final = "final"
+
+
+SFT_ROWS = ("pass", "all")
+
+
+def _check_formats(value):
+    if not value:
+        raise ValueError("formats must name at least one of 'openai', 'trl'")
+    bad = [f for f in value if f not in FORMATS]
+    if bad:
+        raise ValueError(f"formats must be drawn from {FORMATS}, got {bad!r}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"formats lists a format twice: {value!r}")
+    return list(value)
+
+
+def _check_callable_spec(value, what, allow_builtin=()):
+    value = (value or "").strip()
+    if value in allow_builtin:
+        return value
+    if value.count(":") != 1 or not all(value.split(":")):
+        choices = " or ".join([*(repr(b) for b in allow_builtin), "'module:function'"])
+        raise ValueError(f"{what} must be {choices}, got {value!r}")
+    return value
+
+
+class RawConfig(dg.Config):
+    on_bad_line: OnBadLine = Field(
+        default=OnBadLine.fail,
+        description="fail: an unreadable line fails the step with file:line. quarantine: it is "
+        "written to stages/<run>/quarantine.jsonl, counted, and the other rows go on.",
+    )
+
+
+class ScoreConfig(dg.Config):
+    scorer: str = Field(
+        default="existing",
+        description="existing (keep each row's reward), reference_match (final answer vs. "
+        "privileged.reference, normalized) or module:function returning a reward or {reward, reason}.",
+    )
+
+    @field_validator("scorer")
+    @classmethod
+    def _scorer(cls, value):
+        return _check_callable_spec(value, "scorer", BUILTIN_SCORERS)
+
+
+class PairsConfig(dg.Config):
+    max_pairs_per_prompt: int = Field(default=1, description="Pairs at most per prompt group.")
+    min_margin: float = Field(default=1.0, description="Smallest chosen-minus-rejected reward (> 0).")
+    length_match: bool = Field(default=True, description="Pick the rejected reply closest in length.")
+    judge: str = Field(
+        default="",
+        description="Optional pairwise judge module:function(a_row, b_row) -> {winner: A|B|tie}; "
+        "empty: no judging. Pairs the judge cannot separate become ties.",
+    )
+
+    @field_validator("min_margin")
+    @classmethod
+    def _margin(cls, value):
+        if not value > 0:
+            raise ValueError("min_margin must be positive; equal scores carry no preference")
+        return value
+
+    @field_validator("max_pairs_per_prompt")
+    @classmethod
+    def _max_pairs(cls, value):
+        if value < 1:
+            raise ValueError("max_pairs_per_prompt must be at least 1")
+        return value
+
+    @field_validator("judge")
+    @classmethod
+    def _judge(cls, value):
+        return _check_callable_spec(value, "judge", ("",))
+
+
+class SftExportConfig(dg.Config):
+    formats: List[str] = Field(default=list(FORMATS), description="Any of openai, trl.")
+    mask_mode: MaskMode = Field(default=MaskMode.assistant, description="assistant or final.")
+    unroll: bool = Field(default=False, description="One sample per assistant turn.")
+    strip_think: bool = Field(default=True, description="Remove <think> blocks from assistant turns.")
+    max_tool_output_chars: Optional[int] = Field(default=None, description="Cut longer tool outputs.")
+    validate_gates: bool = Field(
+        default=True,
+        alias="validate",
+        description="True: a failed gate blocks publishing and fails the run. False: export anyway, "
+        "checks pass with WARN and the report's warnings say what was let through.",
+    )
+    sft_rows: str = Field(
+        default="pass",
+        description="pass: only rows with reward >= 0.5 (the default). all: every scored row "
+        "(the report then warns about failing rows).",
+    )
+
+    @field_validator("formats")
+    @classmethod
+    def _formats(cls, value):
+        return _check_formats(value)
+
+    @field_validator("sft_rows")
+    @classmethod
+    def _sft_rows(cls, value):
+        if value not in SFT_ROWS:
+            raise ValueError(f"sft_rows must be one of {SFT_ROWS}, got {value!r}")
+        return value
+
+
+class DpoExportConfig(dg.Config):
+    formats: List[str] = Field(default=list(FORMATS), description="Any of openai, trl.")
+    strip_think: bool = Field(default=True, description="Remove <think> blocks from assistant turns.")
+    validate_gates: bool = Field(
+        default=True,
+        alias="validate",
+        description="True: a failed gate blocks publishing and fails the run. False: export anyway.",
+    )
+    drop_ties: bool = Field(default=True, description="Leave out pairs marked as ties.")
+
+    @field_validator("formats")
+    @classmethod
+    def _formats(cls, value):
+        return _check_formats(value)
+
+
+# --------------------------------------------------------------------------- flat options
+
+FLAT_OPTIONS = {
+    "on_bad_line": ("raw_simulation_data",),
+    "scorer": ("scored_simulation_data",),
+    "max_pairs_per_prompt": ("preference_pairs",),
+    "min_margin": ("preference_pairs",),
+    "length_match": ("preference_pairs",),
+    "judge": ("preference_pairs",),
+    "formats": ("sft_export", "dpo_export"),
+    "mask_mode": ("sft_export",),
+    "unroll": ("sft_export",),
+    "strip_think": ("sft_export", "dpo_export"),
+    "max_tool_output_chars": ("sft_export",),
+    "validate": ("sft_export", "dpo_export"),
+    "sft_rows": ("sft_export",),
+    "drop_ties": ("dpo_export",),
+}
+CONFIG_CLASSES = {
+    "raw_simulation_data": RawConfig,
+    "scored_simulation_data": ScoreConfig,
+    "preference_pairs": PairsConfig,
+    "sft_export": SftExportConfig,
+    "dpo_export": DpoExportConfig,
+}
+
+
+class ConfigFileError(ValueError):
+    """A config file the pipeline cannot use (unknown option, wrong value)."""
+
+
+def flat_to_run_config(options: dict, assets=None) -> dict:
+    """``{"validate": False, "mask_mode": "final"}`` -> ``{"ops": {"sft_export": {"config": ...}, ...}}``.
+
+    A mapping that already has a top-level ``ops`` key is taken as a Dagster run config and passed
+    through. Values are checked against the config classes here, so a bad file fails before any run.
+    ``assets`` limits the ops written (a run that selects only some assets must not configure others).
+    """
+    if not isinstance(options, dict):
+        raise ConfigFileError(f"a config file must hold a mapping of options, got {type(options).__name__}")
+    if "ops" in options:
+        return options
+    unknown = sorted(set(options) - set(FLAT_OPTIONS))
+    if unknown:
+        raise ConfigFileError(f"unknown option(s) {unknown}; known: {sorted(FLAT_OPTIONS)}")
+    per_asset: dict = {}
+    for name, value in options.items():
+        if name == "formats" and isinstance(value, str):
+            value = [value]
+        for asset in FLAT_OPTIONS[name]:
+            per_asset.setdefault(asset, {})[name] = value
+    ops = {}
+    for asset, values in per_asset.items():
+        if assets is not None and asset not in assets:
+            continue
+        cls = CONFIG_CLASSES[asset]
+        try:
+            cls(**{k: _enum_value(cls, k, v) for k, v in values.items()})
+        except Exception as exc:  # pydantic.ValidationError and our ValueErrors
+            raise ConfigFileError(f"bad value for {asset}: {exc}") from None
+        ops[asset] = {"config": values}
+    return {"ops": ops} if ops else {}
+
+
+def _enum_value(cls, key, value):
+    """Let pydantic see an enum member for enum fields (run config spells them by member name)."""
+    field = cls.model_fields.get("validate_gates" if key == "validate" else key)
+    annotation = getattr(field, "annotation", None)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        if not isinstance(value, str) or value not in annotation.__members__:
+            raise ConfigFileError(f"{key} must be one of {[m.value for m in annotation]}, got {value!r}")
+        return annotation[value]
+    return value

@@ -1,0 +1,128 @@
+"""Gate decisions and the publish / reject moves (plain Python; the assets call it).
+
+An export asset writes its candidate files with the library called ``validate=False`` so it always
+gets the full report, then:
+
+* ``gate_results`` reads the two gates out of each report (``tool_call_roundtrip.invalid`` and
+  ``privileged_leaks.n_leaked``);
+* when no gate failed, or ``validate`` is off, ``publish`` renames every candidate into
+  ``published/<run>/`` (same filesystem, so each file appears atomically) and writes its report
+  beside it;
+* otherwise ``reject`` moves the candidates and their reports under ``rejected/<run>/<time>-<id>-<kind>/``
+  with a ``gates.json`` saying why, and the published files are not touched.
+
+The set of formats is all-or-nothing: one failing format rejects the whole candidate set, so the
+published folder never mixes files from two different inputs or configs.
+"""
+
+import datetime
+import os
+import shutil
+from pathlib import Path
+
+from whileai_pipeline.core.jsonl import sha256_file, write_json
+
+GATES = ("tool_call_roundtrip", "privileged_leak")
+VOLATILE_REPORT_KEYS = ("elapsed_seconds",)
+
+
+def gate_results(report: dict) -> dict:
+    """``{"tool_call_roundtrip": bool, "privileged_leak": bool}``: True when that gate passes."""
+    roundtrip = report.get("tool_call_roundtrip") or {}
+    leaks = report.get("privileged_leaks") or {}
+    return {
+        "tool_call_roundtrip": int(roundtrip.get("invalid") or 0) == 0,
+        "privileged_leak": int(leaks.get("n_leaked") or 0) == 0,
+    }
+
+
+def failed_gates(reports: dict) -> dict:
+    """``{format: [failed gate, ...]}`` for the formats with at least one failed gate."""
+    out = {}
+    for fmt, report in reports.items():
+        bad = [gate for gate, ok in gate_results(report).items() if not ok]
+        if bad:
+            out[fmt] = bad
+    return out
+
+
+def report_for_file(report: dict, path) -> dict:
+    """The report as stored beside a file: ``path`` names where the file now is, and the volatile
+    ``elapsed_seconds`` is left out so an unchanged re-export rewrites identical bytes."""
+    out = {k: v for k, v in report.items() if k not in VOLATILE_REPORT_KEYS}
+    if "path" in out and out["path"] is not None:
+        out["path"] = str(path) if path is not None else None
+    return out
+
+
+def report_file(data_path: Path) -> Path:
+    """``sft.openai.jsonl`` -> ``sft.openai.report.json``."""
+    name = data_path.name[: -len(".jsonl")] if data_path.name.endswith(".jsonl") else data_path.name
+    return data_path.with_name(f"{name}.report.json")
+
+
+def _written(report, candidate: Path) -> bool:
+    return report.get("path") is not None and candidate.is_file()
+
+
+def publish(candidates: dict, reports: dict, destinations: dict) -> dict:
+    """Move each written candidate onto its destination; returns ``{format: outcome}``.
+
+    ``outcome`` has ``path`` (None when the library wrote nothing, e.g. no preference pairs),
+    ``sha256`` and ``unchanged`` (True when the published bytes were already identical, in which
+    case the file is left alone).
+    """
+    outcomes = {}
+    for fmt, candidate in candidates.items():
+        report, dest = reports[fmt], destinations[fmt]
+        if not _written(report, candidate):
+            outcomes[fmt] = {"path": None, "sha256": None, "unchanged": False}
+            continue
+        sha = sha256_file(candidate)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        unchanged = dest.is_file() and sha256_file(dest) == sha
+        if unchanged:
+            candidate.unlink()
+        else:
+            os.replace(candidate, dest)
+        write_json(report_file(dest), report_for_file(report, dest))
+        outcomes[fmt] = {"path": str(dest), "sha256": sha, "unchanged": unchanged}
+    return outcomes
+
+
+def rejected_dir_name(run_id: str, kind: str, now=None) -> str:
+    """``20260102T030405Z-1a2b3c4d-sft``: UTC time, the Dagster run id's first 8 characters, the export."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{run_id[:8]}-{kind}"
+
+
+def reject(candidates: dict, reports: dict, rejected_dir: Path, failed: dict, validate: bool) -> dict:
+    """Move every candidate and its report under ``rejected_dir``; returns ``{format: outcome}``."""
+    rejected_dir.mkdir(parents=True, exist_ok=True)
+    outcomes = {}
+    for fmt, candidate in candidates.items():
+        report = reports[fmt]
+        dest = rejected_dir / candidate.name
+        if _written(report, candidate):
+            os.replace(candidate, dest)
+            sha = sha256_file(dest)
+        else:
+            dest, sha = None, None
+        write_json(report_file(rejected_dir / candidate.name), report_for_file(report, dest))
+        outcomes[fmt] = {"path": None if dest is None else str(dest), "sha256": sha, "unchanged": False}
+    write_json(rejected_dir / "gates.json", {
+        "validate": validate,
+        "failed": failed,
+        "reports": {fmt: report_file(rejected_dir / c.name).name for fmt, c in candidates.items()},
+    })
+    return outcomes
+
+
+def discard(directory: Path) -> None:
+    """Remove a candidate folder (after everything in it was published or rejected)."""
+    shutil.rmtree(directory, ignore_errors=True)
+    parent = directory.parent
+    try:
+        parent.rmdir()  # the per-run `candidates/` folder, when empty
+    except OSError:
+        pass

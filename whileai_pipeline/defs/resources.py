@@ -1,0 +1,191 @@
+"""The storage resource: one root directory owns every file the pipeline reads or writes.
+
+Layout under the root (default ``./whileai_data``; the ``WHILEAI_PIPELINE_HOME`` environment variable
+moves it, a configured ``root`` wins over both)::
+
+    inbox/<run>.jsonl                 run files (the sensor watches this folder)
+    inbox/<run>.meta.json             optional sidecar: system prompt and tools
+    stages/<run>/raw.jsonl            snapshot of the run the chain read (+ raw.meta.json)
+    stages/<run>/quarantine.jsonl     unreadable lines, when on_bad_line=quarantine
+    stages/<run>/scored.jsonl         scored rows (+ scored.meta.json)
+    stages/<run>/sft_source.jsonl     the rows the SFT export reads (+ sft_source.meta.json)
+    stages/<run>/pairs.jsonl          preference pairs
+    stages/<run>/candidates/<id>/     export candidates while the gates decide (short-lived)
+    published/<run>/                  sft.openai.jsonl, sft.trl.jsonl, dpo.openai.jsonl, dpo.trl.jsonl
+                                      and a <file>.report.json beside each
+    rejected/<run>/<time>-<id>-<kind>/  candidates a gate refused, with their reports and gates.json
+    dagster_home/                     the CLI's embedded SQLite Dagster instance (when DAGSTER_HOME is unset)
+
+Downstream stages read only ``stages/`` (and the inbox through the raw stage); nothing ever reads
+``rejected/``, so a refused candidate can never be published by a later re-export.
+"""
+
+import hashlib
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Optional
+
+import dagster as dg
+from pydantic import Field
+
+from whileai_pipeline.core.jsonl import atomic_file, sha256_file
+
+ENV_HOME = "WHILEAI_PIPELINE_HOME"
+DEFAULT_HOME = "whileai_data"
+RUN_SUFFIX = ".jsonl"
+META_SUFFIX = ".meta.json"
+_BAD_KEY_CHARS = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+def default_root() -> Path:
+    """The root used when none is configured: ``$WHILEAI_PIPELINE_HOME`` or ``./whileai_data``."""
+    return Path(os.environ.get(ENV_HOME) or DEFAULT_HOME).expanduser().resolve()
+
+
+def partition_key_for(path) -> str:
+    """The partition key of a run file: its name without ``.jsonl``, reduced to ``[A-Za-z0-9_.-]``.
+
+    ``runs/My Run (v2).jsonl`` -> ``My_Run_v2``. Dagster partition keys may not hold commas,
+    brackets or newlines; restricting to a small alphabet also keeps every derived path safe.
+    """
+    name = Path(path).name
+    if name.endswith(RUN_SUFFIX):
+        name = name[: -len(RUN_SUFFIX)]
+    elif "." in name.lstrip("."):
+        name = name.rsplit(".", 1)[0]
+    key = _BAD_KEY_CHARS.sub("_", name).strip("._-")
+    if not key:
+        raise ValueError(f"cannot derive a run name from {str(path)!r}; rename the file (letters, digits, _ . -)")
+    return key[:200]
+
+
+def meta_path_for(run_path) -> Path:
+    """``x.jsonl`` -> ``x.meta.json`` (the reference's sidecar naming)."""
+    run_path = Path(run_path)
+    if run_path.name.endswith(RUN_SUFFIX):
+        return run_path.with_name(run_path.name[: -len(RUN_SUFFIX)] + META_SUFFIX)
+    return run_path.with_name(run_path.name + META_SUFFIX)
+
+
+def fingerprint(run_path, run_sha: Optional[str] = None) -> str:
+    """SHA-256 naming one version of a run: the run file's hash, folded with its sidecar's if any.
+
+    Without a sidecar this is exactly the SHA-256 of the run file's bytes (``run_sha`` when the
+    caller already hashed them).
+    """
+    run_sha = run_sha or sha256_file(run_path)
+    meta = meta_path_for(run_path)
+    if not meta.is_file():
+        return run_sha
+    return hashlib.sha256(f"{run_sha}:{sha256_file(meta)}".encode()).hexdigest()
+
+
+def copy_atomic(src, dest) -> None:
+    """Copy a file's bytes to ``dest`` through a temporary file and a rename."""
+    with open(src, "rb") as fin, atomic_file(dest) as fout:
+        shutil.copyfileobj(fin, fout, 1 << 20)
+
+
+class PipelineStorage(dg.ConfigurableResource):
+    """Owns every path the pipeline touches (inbox, stages, published, rejected)."""
+
+    root: Optional[str] = Field(
+        default=None,
+        description=f"Root folder. Empty: ${ENV_HOME} if set, else ./{DEFAULT_HOME} (resolved at run time).",
+    )
+
+    # ------------------------------------------------------------------ roots
+
+    @property
+    def base(self) -> Path:
+        return Path(self.root).expanduser().resolve() if self.root else default_root()
+
+    @property
+    def inbox(self) -> Path:
+        return self.base / "inbox"
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.base / "dagster_home"
+
+    def stage_dir(self, key: str) -> Path:
+        return self.base / "stages" / key
+
+    def published_dir(self, key: str) -> Path:
+        return self.base / "published" / key
+
+    def rejected_root(self, key: str) -> Path:
+        return self.base / "rejected" / key
+
+    def candidate_dir(self, key: str, run_id: str) -> Path:
+        return self.stage_dir(key) / "candidates" / run_id
+
+    # ------------------------------------------------------------------ files
+
+    def run_path(self, key: str) -> Path:
+        return self.inbox / f"{key}{RUN_SUFFIX}"
+
+    def run_meta_path(self, key: str) -> Path:
+        return self.inbox / f"{key}{META_SUFFIX}"
+
+    def stage_path(self, key: str, name: str) -> Path:
+        """``stage_path(key, "scored")`` -> ``stages/<key>/scored.jsonl``."""
+        return self.stage_dir(key) / f"{name}{RUN_SUFFIX}"
+
+    def published_path(self, key: str, kind: str, fmt: str) -> Path:
+        """``published/<key>/<kind>.<fmt>.jsonl`` (kind is ``sft`` or ``dpo``)."""
+        return self.published_dir(key) / f"{kind}.{fmt}{RUN_SUFFIX}"
+
+    # ------------------------------------------------------------------ inbox
+
+    def inbox_runs(self) -> list:
+        """``(key, path)`` for every run file in the inbox, sorted by key.
+
+        Files dropped in by hand may have names that are not keys (``My Run.jsonl`` -> ``My_Run``).
+        When two names reduce to the same key, the file named exactly ``<key>.jsonl`` wins, else the
+        first in sorted order.
+        """
+        if not self.inbox.is_dir():
+            return []
+        found = {}
+        for path in sorted(self.inbox.glob(f"*{RUN_SUFFIX}")):
+            if not path.is_file() or path.name.startswith("."):
+                continue
+            try:
+                key = partition_key_for(path)
+            except ValueError:
+                continue
+            if key not in found or path.name == f"{key}{RUN_SUFFIX}":
+                found[key] = path
+        return sorted(found.items())
+
+    def find_run(self, key: str) -> Optional[Path]:
+        """The inbox file of partition ``key`` (``inbox/<key>.jsonl``, or a file whose name reduces to it)."""
+        exact = self.run_path(key)
+        if exact.is_file():
+            return exact
+        return dict(self.inbox_runs()).get(key)
+
+    def register(self, source, name: Optional[str] = None) -> str:
+        """Copy a run file (and its ``.meta.json`` sidecar, if any) into the inbox; returns its key.
+
+        A sidecar already in the inbox for that key is removed when the new run brings none, so the
+        inbox never pairs a run with another run's system prompt.
+        """
+        source = Path(source)
+        if not source.is_file():
+            raise FileNotFoundError(f"no such run file: {source}")
+        key = partition_key_for(name or source)
+        dest = self.run_path(key)
+        meta_src = meta_path_for(source)
+        meta_dest = self.run_meta_path(key)
+        if source.resolve() != dest.resolve():
+            copy_atomic(source, dest)
+        if meta_src.is_file():
+            if meta_src.resolve() != meta_dest.resolve():
+                copy_atomic(meta_src, meta_dest)
+        elif meta_dest.exists():
+            meta_dest.unlink()
+        return key

@@ -1,0 +1,174 @@
+"""Counting and markdown for asset metadata (plain Python, one row at a time, memory stays flat)."""
+
+import hashlib
+from collections import Counter
+
+PREVIEW_ROWS = 5
+
+
+def _md_cell(value, width=60) -> str:
+    text = "" if value is None else str(value)
+    text = text.replace("\r", " ").replace("\n", " ").replace("|", "\\|")
+    return text if width is None or len(text) <= width else text[: width - 3] + "..."
+
+
+def md_table(header, rows, width=60) -> str:
+    """A markdown table; cells longer than ``width`` characters are cut (None: never)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(_md_cell(c, width) for c in row) + " |")
+    return "\n".join(lines)
+
+
+def tool_calls_in(row: dict) -> int:
+    """Tool calls a row carries: in its ``messages`` if any, else its ``steps``, else ``tool_trace``."""
+    messages = row.get("messages")
+    if isinstance(messages, list) and messages:
+        return sum(
+            len(m.get("tool_calls") or ())
+            for m in messages
+            if isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list)
+        )
+    steps = row.get("steps")
+    if isinstance(steps, list) and steps:
+        return sum(1 for s in steps if isinstance(s, dict) and s.get("tool") and not s.get("user"))
+    trace = row.get("tool_trace")
+    if isinstance(trace, list):
+        return sum(1 for t in trace if isinstance(t, dict))
+    return 0
+
+
+class RawStats:
+    """What a run holds: rows, prompts, groups, privileged rows, tool calls, finish reasons, a preview."""
+
+    def __init__(self):
+        self.rows = 0
+        self.non_objects = 0
+        self._prompts = set()
+        self._groups = set()
+        self.privileged_rows = 0
+        self.tool_calls = 0
+        self.finish_reasons = Counter()
+        self.preview = []
+
+    @staticmethod
+    def _digest(value) -> bytes:
+        return hashlib.blake2b(str(value).encode("utf-8", "replace"), digest_size=12).digest()
+
+    def add(self, row) -> None:
+        if not isinstance(row, dict):
+            self.non_objects += 1
+            return
+        self.rows += 1
+        prompt = row.get("prompt")
+        if prompt:
+            self._prompts.add(self._digest(prompt))
+        group = row.get("scenario_id") or row.get("task_id") or prompt
+        if group:
+            self._groups.add(self._digest(group))
+        privileged = row.get("privileged")
+        if isinstance(privileged, dict) and privileged:
+            self.privileged_rows += 1
+        self.tool_calls += tool_calls_in(row)
+        self.finish_reasons[str(row.get("finish_reason")) if row.get("finish_reason") is not None else "(none)"] += 1
+        if len(self.preview) < PREVIEW_ROWS:
+            steps = row.get("steps")
+            self.preview.append([
+                row.get("scenario_id") or row.get("task_id") or "",
+                row.get("rollout_index"),
+                prompt,
+                row.get("reward"),
+                len(steps) if isinstance(steps, list) else "",
+                tool_calls_in(row),
+                row.get("finish_reason"),
+                "yes" if isinstance(privileged, dict) and privileged else "no",
+            ])
+
+    @property
+    def prompts(self) -> int:
+        return len(self._prompts)
+
+    @property
+    def groups(self) -> int:
+        return len(self._groups)
+
+    def preview_markdown(self) -> str:
+        header = ["scenario", "rollout", "prompt", "reward", "steps", "tool calls", "finish", "privileged"]
+        return md_table(header, self.preview)
+
+
+def num(value, default=0):
+    """A report number for plotting: ints stay ints, None becomes ``default``."""
+    if value is None or isinstance(value, bool):
+        return default
+    return value
+
+
+def sft_numbers(report: dict) -> dict:
+    rewards = report.get("rewards") or {}
+    roundtrip = report.get("tool_call_roundtrip") or {}
+    leaks = report.get("privileged_leaks") or {}
+    return {
+        "rows_written": num(report.get("n_written")),
+        "rows": num(report.get("n")),
+        "passes": num(rewards.get("n_pass")),
+        "fails": num(rewards.get("n_fail")),
+        "ungraded": num(rewards.get("n_ungraded")),
+        "trained_messages": num(report.get("trained_messages")),
+        "masked_messages": num(report.get("masked_messages")),
+        "tool_calls_checked": num(roundtrip.get("checked")),
+        "tool_calls_invalid": num(roundtrip.get("invalid")),
+        "rows_checked": num(leaks.get("n_checked")),
+        "rows_leaked": num(leaks.get("n_leaked")),
+        "groups": num(report.get("groups")),
+        "tool_outputs_truncated": num(report.get("tool_output_truncated")),
+    }
+
+
+def dpo_numbers(report: dict) -> dict:
+    roundtrip = report.get("tool_call_roundtrip") or {}
+    leaks = report.get("privileged_leaks") or {}
+    out = {
+        "pairs": num(report.get("pairs")),
+        "ties_dropped": num(report.get("ties_dropped")),
+        "tool_calls_checked": num(roundtrip.get("checked")),
+        "tool_calls_invalid": num(roundtrip.get("invalid")),
+        "rows_checked": num(leaks.get("n_checked")),
+        "rows_leaked": num(leaks.get("n_leaked")),
+        "rejected_quoting": num(leaks.get("rejected_quoting")),
+    }
+    if isinstance(report.get("mean_margin"), (int, float)) and not isinstance(report.get("mean_margin"), bool):
+        out["mean_margin"] = float(report["mean_margin"])
+    if isinstance(report.get("chosen_longer_frac"), (int, float)):
+        out["chosen_longer_frac"] = float(report["chosen_longer_frac"])
+    return out
+
+
+def export_summary_markdown(kind: str, reports: dict, outcomes: dict, status: str, validate: bool,
+                            failed: dict, rejected_dir=None) -> str:
+    """A short human summary of one export materialization."""
+    lines = [f"**{kind} export: {status}** (validate={validate})", ""]
+    header = ["format", "rows" if kind == "sft" else "pairs", "tool calls (invalid)", "leak check", "file"]
+    rows = []
+    for fmt, report in reports.items():
+        roundtrip = report.get("tool_call_roundtrip") or {}
+        leaks = report.get("privileged_leaks") or {}
+        n = report.get("n_written", report.get("n")) if kind == "sft" else report.get("pairs")
+        outcome = outcomes.get(fmt) or {}
+        where = outcome.get("path") or "(nothing written)"
+        if outcome.get("unchanged"):
+            where += " (unchanged)"
+        rows.append([fmt, n, f"{roundtrip.get('checked', 0)} ({roundtrip.get('invalid', 0)})",
+                     leaks.get("summary", ""), where])
+    lines.append(md_table(header, rows, width=None))
+    if failed:
+        lines += ["", "Failed gates: " + "; ".join(f"{fmt}: {', '.join(g)}" for fmt, g in failed.items())]
+    if rejected_dir:
+        lines += ["", f"Candidate and reports kept under `{rejected_dir}`; the published files were not touched."]
+    warnings = [(fmt, w) for fmt, r in reports.items() for w in (r.get("warnings") or [])]
+    if warnings:
+        title = "Warnings:"
+        if rejected_dir:  # candidates are always written with validate=False, hence the wording
+            title = "Warnings in the refused candidate's report (written with validate=False to get the full report):"
+        lines += ["", title] + [f"- ({fmt}) {w}" for fmt, w in warnings]
+    return "\n".join(lines)
