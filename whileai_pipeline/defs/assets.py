@@ -9,6 +9,7 @@ logic lives in the library (``whileai_pipeline.simulations``); this layer choose
 decides publish or reject from the reports, and describes what happened.
 """
 
+import functools
 import os
 
 import dagster as dg
@@ -23,7 +24,7 @@ from whileai_pipeline.core.scoring import ScoreStats, ScorerError, load_callable
 from .config import DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreConfig, SftExportConfig
 from .partitions import simulation_runs
 from .publishing import discard, failed_gates, publish, reject, rejected_dir_name
-from .resources import PipelineStorage, copy_atomic, fingerprint, meta_path_for
+from .resources import PartitionLockedError, PipelineStorage, copy_atomic, fingerprint, meta_path_for
 from .summaries import RawStats, dpo_numbers, export_summary_markdown, sft_numbers
 
 GROUP = "whileai"
@@ -39,6 +40,20 @@ def _stage_sidecar(src_run, dest_run) -> bool:
     if dest.exists():
         dest.unlink()
     return False
+
+
+def _one_process_per_run(body):
+    """Run an asset body under its run's partition lock (``PipelineStorage.partition_lock``)."""
+
+    @functools.wraps(body)  # Dagster reads the wrapped signature for config and resources
+    def locked(context, config, storage):
+        try:
+            with storage.partition_lock(context.partition_key):
+                return body(context, config, storage)
+        except PartitionLockedError as exc:
+            raise dg.Failure(description=str(exc)) from None
+
+    return locked
 
 
 def _require_stage(path, needs: str):
@@ -62,6 +77,7 @@ def _library_failure(exc: Exception, what: str) -> dg.Failure:
     description="The run as read from the inbox (JSONL trajectories, still carrying their privileged "
     "blocks) plus its optional sidecar, validated line by line and snapshotted to stages/<run>/raw.jsonl.",
 )
+@_one_process_per_run
 def raw_simulation_data(
     context: dg.AssetExecutionContext, config: RawConfig, storage: PipelineStorage
 ) -> dg.MaterializeResult:
@@ -186,6 +202,7 @@ def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> int:
     description="Every raw row with a reward from the configured scorer (existing, reference_match or "
     "module:function) and who scored it (scorer, label_source); stages/<run>/scored.jsonl.",
 )
+@_one_process_per_run
 def scored_simulation_data(
     context: dg.AssetExecutionContext, config: ScoreConfig, storage: PipelineStorage
 ) -> dg.MaterializeResult:
@@ -236,6 +253,7 @@ def scored_simulation_data(
     description="Chosen/rejected pairs from rollouts of the same prompt whose rewards differ by at least "
     "min_margin (build_preference_pairs), optionally judged pairwise; stages/<run>/pairs.jsonl.",
 )
+@_one_process_per_run
 def preference_pairs(
     context: dg.AssetExecutionContext, config: PairsConfig, storage: PipelineStorage
 ) -> dg.MaterializeResult:
@@ -367,6 +385,7 @@ def _finish_export(context, storage, kind, formats, candidates, reports, validat
     description="SFT training files (export_dataset) in each configured format, published to "
     "published/<run>/sft.<format>.jsonl only when the round-trip and leak gates pass.",
 )
+@_one_process_per_run
 def sft_export(
     context: dg.AssetExecutionContext, config: SftExportConfig, storage: PipelineStorage
 ) -> dg.MaterializeResult:
@@ -412,6 +431,7 @@ def sft_export(
     description="DPO preference files (export_preference) in each configured format, published to "
     "published/<run>/dpo.<format>.jsonl only when the round-trip and leak gates pass.",
 )
+@_one_process_per_run
 def dpo_export(
     context: dg.AssetExecutionContext, config: DpoExportConfig, storage: PipelineStorage
 ) -> dg.MaterializeResult:

@@ -20,10 +20,13 @@ Downstream stages read only ``stages/`` (and the inbox through the raw stage); n
 ``rejected/``, so a refused candidate can never be published by a later re-export.
 """
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -33,10 +36,17 @@ from pydantic import Field
 from whileai_pipeline.core.jsonl import atomic_file, sha256_file
 
 ENV_HOME = "WHILEAI_PIPELINE_HOME"
+ENV_LOCK_TIMEOUT = "WHILEAI_PIPELINE_LOCK_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT = 600.0
+LOCK_POLL_SECONDS = 0.1
 DEFAULT_HOME = "whileai_data"
 RUN_SUFFIX = ".jsonl"
 META_SUFFIX = ".meta.json"
 _BAD_KEY_CHARS = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+class PartitionLockedError(RuntimeError):
+    """Another process held the run's lock for longer than the configured wait."""
 
 
 def default_root() -> Path:
@@ -121,6 +131,37 @@ class PipelineStorage(dg.ConfigurableResource):
 
     def candidate_dir(self, key: str, run_id: str) -> Path:
         return self.stage_dir(key) / "candidates" / run_id
+
+    @contextlib.contextmanager
+    def partition_lock(self, key: str, timeout: Optional[float] = None):
+        """Hold the run's lock while a stage reads and writes its files (issue 6.4).
+
+        Two processes materializing the same run take turns stage by stage: the second waits (up to
+        ``timeout`` seconds, default ``$WHILEAI_PIPELINE_LOCK_TIMEOUT`` or 600) and then fails with a
+        message naming the run. The lock is an ``flock`` on ``locks/<run>.lock``, released by the OS if
+        the holder dies, so a crash never leaves a run locked.
+        """
+        if timeout is None:
+            timeout = float(os.environ.get(ENV_LOCK_TIMEOUT) or DEFAULT_LOCK_TIMEOUT)
+        path = self.base / "locks" / f"{key}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise PartitionLockedError(
+                            f"partition_locked: run {key!r} is being materialized by another process (lock "
+                            f"{path}); waited {timeout:g}s. Let that run finish, or raise "
+                            f"${ENV_LOCK_TIMEOUT}.") from None
+                    time.sleep(LOCK_POLL_SECONDS)
+            yield path
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
 
     # ------------------------------------------------------------------ files
 
