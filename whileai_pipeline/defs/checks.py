@@ -1,7 +1,8 @@
 """The gates as blocking asset checks: ``tool_call_roundtrip`` and ``privileged_leak`` on both exports.
 
-Each check reads the export report from the latest materialization of its asset for the partition
-(the export asset stores every format's full report as metadata). Under ``validate=True`` a failed
+Each check reads the export report from its own run's materialization of the asset (the export
+asset stores every format's full report as metadata), falling back to the partition's latest one
+when the check runs alone. Under ``validate=True`` a failed
 gate is ``passed=False`` with ERROR severity; because the checks are ``blocking=True``, Dagster then
 fails the check step (``DagsterAssetCheckFailedError``), skips everything downstream and fails the
 run, so ``dagster asset materialize`` and ``whileai-pipeline run`` exit non-zero. The export asset
@@ -22,6 +23,17 @@ ERROR, WARN = dg.AssetCheckSeverity.ERROR, dg.AssetCheckSeverity.WARN
 
 
 def _latest_metadata(context, asset_key):
+    """This run's materialization of the export (so two overlapping runs never judge each other's
+    report); the partition's latest one when the check runs without its asset."""
+    own = [
+        event.asset_materialization
+        for event in context.instance.all_logs(context.run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+        if event.asset_materialization is not None
+        and event.asset_materialization.asset_key == asset_key
+        and event.asset_materialization.partition == context.partition_key
+    ]
+    if own:
+        return own[-1].metadata, context.run.run_id
     records = context.instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[context.partition_key]), limit=1
     ).records
