@@ -3,6 +3,7 @@
     whileai-pipeline run PATH [--config FILE] [--name NAME]   register PATH and materialize the chain
     whileai-pipeline demo [--config FILE]                     the same for the bundled sample run
     whileai-pipeline register PATH [--name NAME]              only copy into the inbox + add the partition
+    whileai-pipeline validate FILE --format openai|trl        check an export against its consumer's rules
 
 Exit codes: 0 success; 1 the run failed (a gate blocked an export, or a step failed on the data);
 2 bad usage (missing file, unreadable or invalid config file).
@@ -229,6 +230,14 @@ def build_parser() -> argparse.ArgumentParser:
     p_reg.add_argument("path")
     p_reg.add_argument("--name")
     common(p_reg)
+
+    p_val = sub.add_parser("validate", help="check a training file against its consumer's rules "
+                           "(openai: OpenAI fine-tuning files; trl: TRL's conversational shapes)")
+    p_val.add_argument("path", help="an exported JSONL file")
+    p_val.add_argument("--format", required=True, help="openai or trl")
+    p_val.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    p_val.add_argument("--strict-keys", action="store_true",
+                       help="treat keys the consumer does not read as errors (OpenAI uploads refuse them)")
     return parser
 
 
@@ -238,6 +247,10 @@ def main(argv=None) -> int:
         if args.command == "run":
             return run_chain(args.path, config_file=args.config, name=args.name, home=args.home,
                              verbose=args.verbose)
+        if args.command == "validate":
+            from whileai_pipeline.core.openai_format import run_validate
+
+            return run_validate(args.path, args.format, json_output=args.json, strict_keys=args.strict_keys)
         if args.command == "demo":
             return run_chain(SAMPLE_RUN, config_file=args.config, home=args.home, verbose=args.verbose)
         return register_only(args.path, name=args.name, home=args.home)

@@ -36,7 +36,8 @@ def test_clean_run_every_asset_and_check_passes(clean):
     for asset in ("raw_simulation_data", "scored_simulation_data", "preference_pairs", "sft_export", "dpo_export"):
         materialization(result, asset)
     checks = check_results(result)
-    assert set(checks) == {(a, g) for a in ("sft_export", "dpo_export") for g in ("tool_call_roundtrip", "privileged_leak")}
+    assert set(checks) == {(a, g) for a in ("sft_export", "dpo_export")
+                           for g in ("tool_call_roundtrip", "privileged_leak", "consumer_format")}
     for ev in checks.values():
         assert ev.passed, ev.description
         assert ev.partition == key

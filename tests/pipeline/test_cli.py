@@ -119,3 +119,24 @@ def test_plain_dagster_cli_materialize_exits_nonzero_on_a_gate(home, tmp_path):
     assert blocked.returncode != 0
     assert "sft_export_privileged_leak" in blocked.stderr
     assert tree_bytes(home / "published" / "ci_run") == published
+
+
+def test_validate_subcommand_exit_codes(home, tmp_path):
+    import whileai_pipeline.simulations as wai
+
+    good = tmp_path / "sft.openai.jsonl"
+    wai.export_dataset(SAMPLE, good)
+    ok = cli(["validate", str(good), "--format", "openai"], home, tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": [{"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": '
+                   '"function", "function": {"name": "t", "arguments": "{not json"}}]}]}\n')
+    refused = cli(["validate", str(bad), "--format", "openai"], home, tmp_path)
+    assert refused.returncode == 1, refused.stdout
+    assert "arguments" in refused.stdout
+    trl_on_openai = cli(["validate", str(good), "--format", "trl"], home, tmp_path)
+    assert trl_on_openai.returncode == 1      # string arguments are not what TRL renders
+    missing = cli(["validate", str(tmp_path / "nope.jsonl"), "--format", "openai"], home, tmp_path)
+    assert missing.returncode == 2
+    unknown = cli(["validate", str(good), "--format", "fireworks"], home, tmp_path)
+    assert unknown.returncode == 2

@@ -27,6 +27,8 @@ EXPECTED = {
         ("sft_export", "privileged_leak"): {"blocking": True},
         ("dpo_export", "tool_call_roundtrip"): {"blocking": True},
         ("dpo_export", "privileged_leak"): {"blocking": True},
+        ("sft_export", "consumer_format"): {"blocking": False},
+        ("dpo_export", "consumer_format"): {"blocking": False},
     },
     "jobs": {
         "simulation_chain": ["dpo_export", "preference_pairs", "raw_simulation_data", "scored_simulation_data",

@@ -16,6 +16,8 @@ import warnings
 
 import dagster as dg
 
+from whileai_pipeline.core.openai_format import summary, validate_file
+
 from .assets import dpo_export, sft_export
 from .partitions import simulation_runs
 
@@ -173,4 +175,46 @@ def _gate_check(asset_def, gate):
         )(_check)
 
 
+def _consumer_format_check(asset_def):
+    """Non-blocking: every written file passes its consumer's format rules (issue 5)."""
+    asset_key = asset_def.key
+
+    def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        metadata, run_id = _latest_metadata(context, asset_key)
+        if metadata is None:
+            return _no_materialization(asset_key, context.partition_key)
+        out, problems, checked = {}, [], 0
+        for fmt in _value(metadata, "formats", []):
+            path = _value(metadata, f"{fmt}/published_path") or _value(metadata, f"{fmt}/rejected_path")
+            if not path:
+                continue
+            report = validate_file(path, fmt)
+            checked += 1
+            out[f"{fmt}/format_report"] = dg.MetadataValue.json(summary(report))
+            out[f"{fmt}/format_errors"] = int(report["errors"])
+            out[f"{fmt}/format_warnings"] = int(report["warnings"])
+            if not report["ok"]:
+                problems.append(f"{fmt}: {report['errors']} error(s) in {report['rows_with_errors']} row(s)")
+        if not checked:
+            return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
+                                       description="no file was written, so there was nothing to validate")
+        if problems:
+            return dg.AssetCheckResult(passed=False, severity=WARN, metadata=out,
+                                       description="consumer format problems: " + "; ".join(problems))
+        return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
+                                   description=f"{checked} file(s) pass their consumer's format rules")
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*partitions_def on an AssetCheckSpec.*")
+        return dg.asset_check(
+            asset=asset_def,
+            name="consumer_format",
+            blocking=False,
+            partitions_def=simulation_runs,
+            description="Each written file passes the rules of what reads it: OpenAI's fine-tuning file format "
+            "(openai) or TRL's conversational shapes (trl). Non-blocking: a failure is a WARN.",
+        )(_check)
+
+
 CHECKS = [_gate_check(asset_def, gate) for asset_def in (sft_export, dpo_export) for gate in _RESULTS]
+CHECKS += [_consumer_format_check(asset_def) for asset_def in (sft_export, dpo_export)]
