@@ -159,6 +159,8 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     if not verbose:
         run_config = {**run_config, "loggers": {"console": {"config": {"log_level": "ERROR"}}}}
     job = defs.resolve_job_def("simulation_chain")
+    if not verbose and out.isatty():
+        _attach_progress_bars(out)
     capture = contextlib.nullcontext() if verbose else contextlib.redirect_stderr(io.StringIO())
     with _instance(storage) as instance:
         key = _register(storage, instance, path, name)
@@ -185,6 +187,15 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     if blocked:
         print("a gate blocked publishing: the published files were left untouched", file=out)
     return EXIT_FAILED
+
+
+def _attach_progress_bars(out):
+    """A tqdm bar per stage on the terminal (the stages report rows done through core.progress)."""
+    from tqdm import tqdm
+
+    from whileai_pipeline.core.progress import attach_terminal_bars
+
+    attach_terminal_bars(lambda what: tqdm(desc=what, unit=" rows", file=out, leave=False, dynamic_ncols=True))
 
 
 def register_only(path, *, name=None, home=None, out=None) -> int:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from .conversation import conversation
 from .gates import scrub
+from .progress import tick
 from .text import normalize, text
 
 MIN_MARGIN_ERROR = "min_margin must be positive; equal scores carry no preference"
@@ -362,7 +363,7 @@ def judge_pairs(pairs, judge=None, *, swap=True, examples=10, position_flip_flag
     return entries, report
 
 
-def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True):
+def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True, progress=None):
     """``build_preference_pairs`` from a JSONL file to a JSONL file, holding summaries, not rows.
 
     Pass 1 keeps one summary and one byte offset per row; pass 2 seeks to the rows each pair names.
@@ -376,11 +377,14 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
 
     def summaries():
         for index, (offset, row) in enumerate(iter_jsonl_offsets(source)):
+            tick(progress, index + 1)
             offsets.append(offset)
             yield summarize(index, row)
 
     plan, seen, contrast = plan_pairs(summaries(), max_pairs_per_prompt=max_pairs_per_prompt,
                                       min_margin=min_margin, length_match=length_match)
+    if progress is not None:
+        progress(len(offsets))
     with open(source, "rb") as fh, atomic_file(output) as out:
         def row_at(index):
             fh.seek(offsets[index])

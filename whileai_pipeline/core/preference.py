@@ -7,6 +7,7 @@ from .conversation import conversation
 from .errors import NoPreferencePairsError, PrivilegedLeakError, RoundtripInvalidError
 from .gates import LeakGate, RoundtripGate, check_format, leak_verdict, scrub
 from .jsonl import dumps
+from .progress import tick
 from .output import Spool, finish, refuse_source
 from .pairs import first_turn_note, length_note
 from .rows import SchemaCheck, preference_problems, stamp
@@ -27,7 +28,7 @@ def _pair_source(pairs, system_prompt, tools):
 
 
 def export_preference(pairs, output=None, *, system_prompt=None, tools=None, strip_think=True, validate=True,
-                      drop_ties=True, format="openai"):
+                      drop_ties=True, format="openai", progress=None):
     """Spec 7 + DECISIONS 12: export chosen/rejected pairs behind the round-trip and leak gates."""
     started = time.perf_counter()
     check_format(format)
@@ -44,6 +45,7 @@ def export_preference(pairs, output=None, *, system_prompt=None, tools=None, str
     spool = Spool(dest)
     try:
         for item in src.rows:
+            tick(progress, n_entries + skipped + 1)
             if not isinstance(item, dict):
                 skipped += 1
                 continue
@@ -93,6 +95,8 @@ def export_preference(pairs, output=None, *, system_prompt=None, tools=None, str
                 margins.append(margin)
             spool.write(dumps(entry))
             n_out += 1
+        if progress is not None:
+            progress(n_entries + skipped)
         if bad:
             raise ValueError(
                 f"export_preference takes chosen/rejected pairs, and {bad} of {n_entries} entries have no "

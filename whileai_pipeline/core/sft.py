@@ -20,6 +20,7 @@ from .gates import (ENCODINGS, LeakGate, RoundtripGate, check_format, count_tool
 from .groups import GroupStats, numeric_reward, row_summary
 from .jsonl import _BLANK, dumps, iter_jsonl, iter_jsonl_lines
 from .masks import check_mask_mode
+from .progress import tick
 from .output import Spool, destination, finish, refuse_source
 from .rows import PASS_THRESHOLD, SchemaCheck, convert_row, training_problems
 from .runs import resolve_source
@@ -94,8 +95,9 @@ def _reward_class(reward):
 class _SftTally:
     """Adds up row outcomes in source order: gates, schema check, groups, counters, spool lines."""
 
-    def __init__(self, plan, spool, prescan=None, source_path=None):
+    def __init__(self, plan, spool, prescan=None, source_path=None, progress=None):
         self.plan, self.spool = plan, spool
+        self.progress = progress
         self.source_path = source_path
         self.prescan = prescan
         self.groups = prescan.groups if prescan is not None else (GroupStats() if plan.grouping else None)
@@ -110,6 +112,7 @@ class _SftTally:
     def consume(self, outcome, line=None):
         """Add one source row's outcome; ``line`` is its line number when the source is a file."""
         self.rows_read += 1
+        tick(self.progress, self.rows_read)
         if outcome is None:
             self.rows_skipped += 1
             return
@@ -256,11 +259,12 @@ def _run_pass(src, plan, tally, spool, prescan, workers, dest):
 
 def export_dataset(source, output=None, *, system_prompt=None, tools=None, strip_think=True, validate=True,
                    mask_mode="assistant", unroll=False, max_tool_output_chars=None, format="openai",
-                   workers=None):
+                   workers=None, progress=None):
     """Spec 5: export training rows as JSONL behind the round-trip and leak gates; returns the report.
 
     ``workers`` (ours): processes for a large JSONL path source; None picks by file size and cores
     (or ``$WHILEAI_PIPELINE_WORKERS``), 1 forces one process. The output is the same bytes either way.
+    ``progress`` (ours): a callable of the number of source rows done, called every few hundred rows.
     """
     started = time.perf_counter()
     check_format(format)
@@ -281,11 +285,13 @@ def export_dataset(source, output=None, *, system_prompt=None, tools=None, strip
             prescan = _Prescan(rows=src.rows)
     spool = Spool(dest)
     try:
-        tally = _SftTally(plan, spool, prescan, src.path)
+        tally = _SftTally(plan, spool, prescan, src.path, progress)
         _run_pass(src, plan, tally, spool, prescan, workers, dest)
         if stamp is not None and _file_stamp(src.path) != stamp:
             raise ExportError(f"source_changed: {src.path} changed while it was being exported; nothing was "
                               "written. Export again once the file is complete.")
+        if progress is not None:
+            progress(tally.rows_read)
         tally.schema.raise_if_bad()
         report = _sft_report(tally, src, plan, max_tool_output_chars)
 

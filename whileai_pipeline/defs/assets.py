@@ -19,6 +19,7 @@ import whileai_pipeline.simulations as wai
 from whileai_pipeline.core.errors import BadJsonlError, ExportError
 from whileai_pipeline.core.jsonl import atomic_file, dumps_line, iter_jsonl, sha256_file, write_jsonl
 from whileai_pipeline.core.pairs import build_pairs_file
+from whileai_pipeline.core.progress import Progress, tick
 from whileai_pipeline.core.scoring import ScoreStats, ScorerError, load_callable, resolve_scorer, verdict
 
 from .config import DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreConfig, SftExportConfig
@@ -54,6 +55,11 @@ def _one_process_per_run(body):
             raise dg.Failure(description=str(exc)) from None
 
     return locked
+
+
+def _progress(context, what):
+    """Rows done and rows/s to the Dagster log every few seconds (and a bar when the CLI is on a terminal)."""
+    return Progress(f"{context.partition_key}: {what}", log=context.log.info)
 
 
 def _require_stage(path, needs: str):
@@ -107,8 +113,10 @@ def raw_simulation_data(
         run_sha = sha256_file(snapshot)
         n_bytes = snapshot.stat().st_size
         if config.on_bad_line == OnBadLine.fail:
+            progress = _progress(context, "reading the run")
             try:
                 for lineno, row in iter_jsonl(snapshot):
+                    tick(progress, stats.rows + 1)
                     if not isinstance(row, dict):
                         raise BadJsonlError(src, lineno,
                                             f"expected a JSON object (one trajectory), got {type(row).__name__}")
@@ -117,6 +125,7 @@ def raw_simulation_data(
                 message = str(exc).replace(str(snapshot), str(src))
                 raise dg.Failure(description=message, metadata={"path": dg.MetadataValue.path(str(src)),
                                                                 "line": exc.line}) from None
+            progress.close(stats.rows)
             os.replace(snapshot, stage)
             if quarantine.exists():
                 quarantine.unlink()
@@ -215,14 +224,17 @@ def scored_simulation_data(
         raise dg.Failure(description=str(exc)) from None
     scored = storage.stage_path(key, STAGE_SCORED)
     stats = ScoreStats()
+    progress = _progress(context, f"scoring ({scorer.name})")
     try:
         with atomic_file(scored) as out:
             for _, row in iter_jsonl(raw):
+                tick(progress, stats.n + 1)
                 row = scorer.score_row(row)
                 stats.add(row)
                 out.write(dumps_line(row))
     except ScorerError as exc:
         raise dg.Failure(description=str(exc)) from None
+    progress.close(stats.n)
     _stage_sidecar(raw, scored)
     metadata = {
         "dagster/row_count": stats.n,
@@ -269,6 +281,7 @@ def preference_pairs(
             max_pairs_per_prompt=config.max_pairs_per_prompt,
             min_margin=config.min_margin,
             length_match=config.length_match,
+            progress=_progress(context, "pairing"),
         )
     except ValueError as exc:
         raise _library_failure(exc, "build_preference_pairs") from None
@@ -416,7 +429,9 @@ def sft_export(
                 unroll=config.unroll,
                 strip_think=config.strip_think,
                 max_tool_output_chars=config.max_tool_output_chars,
+                progress=(progress := _progress(context, f"sft export ({fmt})")),
             )
+            progress.close()
     except (ExportError, ValueError) as exc:
         discard(cand_dir)
         raise _library_failure(exc, "export_dataset") from None
@@ -453,7 +468,9 @@ def dpo_export(
                 validate=False,
                 drop_ties=config.drop_ties,
                 format=fmt,
+                progress=(progress := _progress(context, f"dpo export ({fmt})")),
             )
+            progress.close()
     except (ExportError, ValueError) as exc:
         discard(cand_dir)
         raise _library_failure(exc, "export_preference") from None

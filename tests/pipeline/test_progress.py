@@ -1,0 +1,61 @@
+"""Issue 5.4: stages log rows done and rows/s at a steady interval; the CLI draws bars on a terminal."""
+
+import os
+import subprocess
+import sys
+
+from whileai_pipeline.core import progress as progress_mod
+from whileai_pipeline.core.progress import Progress
+
+from .conftest import SAMPLE
+
+
+def test_progress_logs_at_the_interval_not_per_row(monkeypatch):
+    clock = {"t": 100.0}
+    monkeypatch.setattr(progress_mod.time, "monotonic", lambda: clock["t"])
+    lines = []
+    p = Progress("export", log=lines.append, interval=5.0)
+    for done in range(1, 1001):
+        clock["t"] += 0.01          # 10 s of work over 1000 rows
+        p(done)
+    p.close()
+    assert len(lines) == 3          # at 5 s, at 10 s, and the closing line
+    assert lines[0].startswith("export: 500 rows done, 100 rows/s")
+    assert lines[-1].endswith("(finished)") and "1,000 rows done" in lines[-1]
+
+
+def test_pipeline_steps_log_progress(chain, monkeypatch):
+    monkeypatch.setenv(progress_mod.ENV_INTERVAL, "0")
+    key = chain.register()
+    result = chain.materialize(key)
+    assert result.success
+    messages = [entry.user_message for entry in chain.instance.all_logs(result.run_id)]
+    logged = [m for m in messages if m and "rows done" in m and "rows/s" in m]
+    assert any(m.startswith(f"{key}: reading the run: 48 rows done") for m in logged), logged
+    for stage in ("reading the run", "scoring", "pairing", "sft export (openai)", "dpo export (trl)"):
+        assert any(stage in m for m in logged), stage
+
+
+def test_cli_draws_progress_bars_on_a_terminal(tmp_path):
+    script = (
+        "import os, pty, sys\n"
+        "pid, fd = pty.fork()\n"
+        "if pid == 0:\n"
+        "    os.execvp(sys.executable, [sys.executable, '-m', 'whileai_pipeline.cli', 'run', sys.argv[1],\n"
+        "              '--home', sys.argv[2]])\n"
+        "out = b''\n"
+        "while True:\n"
+        "    try:\n"
+        "        chunk = os.read(fd, 65536)\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    if not chunk:\n"
+        "        break\n"
+        "    out += chunk\n"
+        "os.waitpid(pid, 0)\n"
+        "sys.stdout.write(out.decode('utf-8', 'replace'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    proc = subprocess.run([sys.executable, "-c", script, str(SAMPLE), str(tmp_path / "home")],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert "rows/s" in proc.stdout and "sft export (openai)" in proc.stdout, proc.stdout[-2000:]

@@ -1,0 +1,63 @@
+"""Progress of long work: rows done and rows/s, reported at a steady interval, never per row.
+
+The exporters take ``progress=``, any callable of the number of rows done so far; they call it every
+``EVERY_ROWS`` rows and once at the end. ``Progress`` turns those calls into a line every
+``interval`` seconds (for a log) and, when a terminal bar is attached, a live bar.
+"""
+
+import os
+import time
+
+EVERY_ROWS = 500
+ENV_INTERVAL = "WHILEAI_PIPELINE_PROGRESS_SECONDS"
+DEFAULT_INTERVAL = 10.0
+
+_bar_factory = None  # set by the CLI on a terminal: a callable(what) -> a tqdm-like bar
+
+
+def attach_terminal_bars(factory) -> None:
+    """Show a bar per stage through ``factory(what)`` (the CLI does this when stdout is a terminal)."""
+    global _bar_factory
+    _bar_factory = factory
+
+
+class Progress:
+    """``progress(n)`` callable: logs ``what: n rows, r rows/s`` at most every ``interval`` seconds."""
+
+    def __init__(self, what, log=None, interval=None):
+        self.what = what
+        self.log = log
+        self.interval = float(os.environ.get(ENV_INTERVAL) or DEFAULT_INTERVAL) if interval is None else interval
+        self.started = self.last = time.monotonic()
+        self.done = 0
+        self.bar = _bar_factory(what) if _bar_factory is not None else None
+
+    def __call__(self, done: int) -> None:
+        if self.bar is not None:
+            self.bar.update(done - self.done)
+        self.done = done
+        now = time.monotonic()
+        if self.log is not None and now - self.last >= self.interval:
+            self.last = now
+            self.log(self.line(now))
+
+    def line(self, now=None) -> str:
+        elapsed = (now or time.monotonic()) - self.started
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        return f"{self.what}: {self.done:,} rows done, {rate:,.0f} rows/s, {elapsed:.1f}s"
+
+    def close(self, done=None) -> None:
+        """Finish: ``done`` is the final count when the last ``tick`` fell between reports."""
+        if done is not None and done != self.done:
+            self(done)
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        if self.log is not None:
+            self.log(self.line() + " (finished)")
+
+
+def tick(progress, done):
+    """Call ``progress(done)`` every EVERY_ROWS rows (cheap enough for the hot loop)."""
+    if progress is not None and done % EVERY_ROWS == 0:
+        progress(done)
