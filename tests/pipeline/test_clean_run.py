@@ -42,6 +42,10 @@ def test_clean_run_every_asset_and_check_passes(clean):
         assert ev.passed, ev.description
         assert ev.partition == key
     assert sorted(p.name for p in chain.storage.published_dir(key).iterdir()) == PUBLISHED
+    for asset in ("scored_simulation_data", "sft_export", "dpo_export"):   # pictures in the UI (issue 5.3)
+        md = materialization(result, asset)
+        assert md["reward_histogram"].value.startswith("| reward | rows |")
+        assert md["group_pass_rates"].value.startswith("| group | rollouts | pass |")
     assert not chain.storage.rejected_root(key).exists()
     assert not (chain.storage.stage_dir(key) / "candidates").exists()
 

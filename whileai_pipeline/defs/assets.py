@@ -323,7 +323,25 @@ def preference_pairs(
 
 # --------------------------------------------------------------------------- 4/5. exports
 
-def _finish_export(context, storage, kind, formats, candidates, reports, validate, cand_dir):
+def _reward_pictures(rows):
+    """Reward histogram and pass rate by group of the rows an export carries (markdown for the UI)."""
+    stats = ScoreStats()
+    for row in rows:
+        stats.add(row)
+    return {
+        "reward_histogram": dg.MetadataValue.md(stats.histogram_markdown()),
+        "group_pass_rates": dg.MetadataValue.md(stats.groups_markdown()),
+    }
+
+
+def _pair_sides(pairs_path):
+    for _, pair in iter_jsonl(pairs_path):
+        if isinstance(pair, dict):
+            yield pair.get("chosen")
+            yield pair.get("rejected")
+
+
+def _finish_export(context, storage, kind, formats, candidates, reports, validate, cand_dir, pictures):
     """Decide from the reports, publish or reject, and describe it all as metadata."""
     key = context.partition_key
     failed = failed_gates(reports)
@@ -380,6 +398,7 @@ def _finish_export(context, storage, kind, formats, candidates, reports, validat
     metadata["summary"] = dg.MetadataValue.md(
         export_summary_markdown(kind, reports, outcomes, status, validate, failed, rejected_dir)
     )
+    metadata.update(pictures)
     if blocked:
         context.log.error(
             f"{kind} export for {key!r} refused by its gates ({failed}); candidate kept under "
@@ -435,7 +454,9 @@ def sft_export(
     except (ExportError, ValueError) as exc:
         discard(cand_dir)
         raise _library_failure(exc, "export_dataset") from None
-    return _finish_export(context, storage, "sft", formats, candidates, reports, config.validate_gates, cand_dir)
+    pictures = _reward_pictures(row for _, row in iter_jsonl(source))
+    return _finish_export(context, storage, "sft", formats, candidates, reports, config.validate_gates, cand_dir,
+                          pictures)
 
 
 @dg.asset(
@@ -474,7 +495,9 @@ def dpo_export(
     except (ExportError, ValueError) as exc:
         discard(cand_dir)
         raise _library_failure(exc, "export_preference") from None
-    return _finish_export(context, storage, "dpo", formats, candidates, reports, config.validate_gates, cand_dir)
+    pictures = _reward_pictures(_pair_sides(pairs_path))  # both sides of every pair
+    return _finish_export(context, storage, "dpo", formats, candidates, reports, config.validate_gates, cand_dir,
+                          pictures)
 
 
 ASSETS = [raw_simulation_data, scored_simulation_data, preference_pairs, sft_export, dpo_export]
