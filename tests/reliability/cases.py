@@ -37,6 +37,10 @@ class Case:
     line: int | None = None
     n: int | None = None          # rows exported when ok
     report: dict = field(default_factory=dict)  # report entries that must hold when ok
+    # Through the pipeline: "ok"; "raw:<token>" (raw_simulation_data fails, naming file:line when
+    # `pipeline_line` is set); "gate:<check>" (that blocking check on sft_export fails the run).
+    pipeline: str = "ok"
+    pipeline_line: int | None = None
 
 
 def _deep(depth):
@@ -45,31 +49,31 @@ def _deep(depth):
 
 CASES = [
     # ------------------------------------------------------------ the file itself
-    Case("truncated_last_line", GOOD_LINE + b'{"prompt": "c", "fin', error=BadJsonlError, token="bad_jsonl:", line=2),
-    Case("invalid_utf8", GOOD_LINE + b'{"prompt": "\xff\xfe"}\n', error=BadJsonlError, token="bad_jsonl:", line=2),
+    Case("truncated_last_line", GOOD_LINE + b'{"prompt": "c", "fin', error=BadJsonlError, token="bad_jsonl:", line=2, pipeline="raw:bad_jsonl:", pipeline_line=2),
+    Case("invalid_utf8", GOOD_LINE + b'{"prompt": "\xff\xfe"}\n', error=BadJsonlError, token="bad_jsonl:", line=2, pipeline="raw:bad_jsonl:", pipeline_line=2),
     Case("utf8_bom", b"\xef\xbb\xbf" + GOOD_LINE, n=1),
     Case("crlf_line_endings", GOOD_LINE.replace(b"\n", b"\r\n") * 2, n=2),
-    Case("array_line", GOOD_LINE + b"[1, 2]\n", n=1, report={"rows_skipped": 1}),
-    Case("number_line", b"42\n" + GOOD_LINE, n=1, report={"rows_skipped": 1}),
-    Case("string_line", b'"hello"\n' + GOOD_LINE, n=1, report={"rows_skipped": 1}),
-    Case("null_line", b"null\n" + GOOD_LINE, n=1, report={"rows_skipped": 1}),
-    Case("empty_file", b"", n=0, report={"rows_read": 0}),
-    Case("only_blank_lines", b"\n\n   \n\t\n", n=0, report={"rows_read": 0}),
+    Case("array_line", GOOD_LINE + b"[1, 2]\n", n=1, report={"rows_skipped": 1}, pipeline="raw:bad_jsonl:", pipeline_line=2),
+    Case("number_line", b"42\n" + GOOD_LINE, n=1, report={"rows_skipped": 1}, pipeline="raw:bad_jsonl:", pipeline_line=1),
+    Case("string_line", b'"hello"\n' + GOOD_LINE, n=1, report={"rows_skipped": 1}, pipeline="raw:bad_jsonl:", pipeline_line=1),
+    Case("null_line", b"null\n" + GOOD_LINE, n=1, report={"rows_skipped": 1}, pipeline="raw:bad_jsonl:", pipeline_line=1),
+    Case("empty_file", b"", n=0, report={"rows_read": 0}, pipeline="raw:empty_run:"),
+    Case("only_blank_lines", b"\n\n   \n\t\n", n=0, report={"rows_read": 0}, pipeline="raw:empty_run:"),
     Case("blank_lines_between_rows", b"\n" + GOOD_LINE + b"\n\n" + GOOD_LINE, n=2),
     Case("single_50mb_line", with_(steps=[{"tool": "lookup", "arguments": {"id": 7}, "result": "x" * (50 << 20)}]),
          n=1),
-    Case("nesting_10000_deep", GOOD_LINE + _deep(10_000), error=BadJsonlError, token="bad_jsonl:", line=2),
+    Case("nesting_10000_deep", GOOD_LINE + _deep(10_000), error=BadJsonlError, token="bad_jsonl:", line=2, pipeline="raw:bad_jsonl:", pipeline_line=2),
     Case("duplicate_keys_last_wins", b'{"prompt": "p", "final_text": "a", "reward": 0, "reward": 1}\n', n=1,
          report={"rewards": {"n_pass": 1, "n_fail": 0, "n_ungraded": 0}}),
-    Case("trailing_garbage", GOOD_LINE.rstrip(b"\n") + b" x\n", error=BadJsonlError, token="bad_jsonl:", line=1),
+    Case("trailing_garbage", GOOD_LINE.rstrip(b"\n") + b" x\n", error=BadJsonlError, token="bad_jsonl:", line=1, pipeline="raw:bad_jsonl:", pipeline_line=1),
     Case("two_objects_one_line", GOOD_LINE.rstrip(b"\n") + GOOD_LINE, error=BadJsonlError, token="bad_jsonl:",
-         line=1),
-    Case("nul_byte", GOOD_LINE.rstrip(b"\n") + b"\x00\n", error=BadJsonlError, token="bad_jsonl:", line=1),
-    Case("lone_surrogate_escape", b'{"prompt": "\\ud800"}\n', error=BadJsonlError, token="bad_jsonl:", line=1),
-    Case("open_brace_only", GOOD_LINE + b"{\n" + GOOD_LINE, error=BadJsonlError, token="bad_jsonl:", line=2),
-    Case("python_repr_line", GOOD_LINE + b"{'prompt': 'p'}\n", error=BadJsonlError, token="bad_jsonl:", line=2),
+         line=1, pipeline="raw:bad_jsonl:", pipeline_line=1),
+    Case("nul_byte", GOOD_LINE.rstrip(b"\n") + b"\x00\n", error=BadJsonlError, token="bad_jsonl:", line=1, pipeline="raw:bad_jsonl:", pipeline_line=1),
+    Case("lone_surrogate_escape", b'{"prompt": "\\ud800"}\n', error=BadJsonlError, token="bad_jsonl:", line=1, pipeline="raw:bad_jsonl:", pipeline_line=1),
+    Case("open_brace_only", GOOD_LINE + b"{\n" + GOOD_LINE, error=BadJsonlError, token="bad_jsonl:", line=2, pipeline="raw:bad_jsonl:", pipeline_line=2),
+    Case("python_repr_line", GOOD_LINE + b"{'prompt': 'p'}\n", error=BadJsonlError, token="bad_jsonl:", line=2, pipeline="raw:bad_jsonl:", pipeline_line=2),
     Case("bare_nan_token", b'{"prompt": "p", "final_text": "a", "reward": NaN}\n', error=BadJsonlError,
-         token="bad_jsonl:", line=1),
+         token="bad_jsonl:", line=1, pipeline="raw:bad_jsonl:", pipeline_line=1),
     # ------------------------------------------------------------ rows
     Case("empty_object_row", GOOD_LINE + b"{}\n", error=SchemaInvalidError,
          token="schema_invalid in training_rows: 1:messages_missing", line=2),
@@ -80,13 +84,13 @@ CASES = [
     Case("messages_only_non_dicts", line({"messages": ["x", 3]}), error=SchemaInvalidError,
          token="schema_invalid in training_rows: 0:messages_missing", line=1),
     Case("arguments_invalid_json", with_(steps=[{"tool": "lookup", "arguments": "{id: 7}", "result": "ok"}]),
-         error=RoundtripInvalidError, token="tool_call_roundtrip_invalid: 1 of 1"),
+         error=RoundtripInvalidError, token="tool_call_roundtrip_invalid: 1 of 1", pipeline="gate:tool_call_roundtrip"),
     Case("arguments_doubly_encoded",
          with_(steps=[{"tool": "lookup", "arguments": json.dumps(json.dumps({"id": 7})), "result": "ok"}]), n=1,
          report={"tool_call_roundtrip": {"invalid": 0}}),
     Case("arguments_null", with_(steps=[{"tool": "lookup", "arguments": None, "result": "ok"}]), n=1),
     Case("arguments_a_list", with_(steps=[{"tool": "lookup", "arguments": [1, 2], "result": "ok"}]),
-         error=RoundtripInvalidError, token="tool_call_roundtrip_invalid:"),
+         error=RoundtripInvalidError, token="tool_call_roundtrip_invalid:", pipeline="gate:tool_call_roundtrip"),
     Case("reward_nan_as_string", with_(reward="NaN"), n=1,
          report={"rewards": {"n_pass": 0, "n_fail": 0, "n_ungraded": 1}}),
     Case("reward_bool", with_(reward=True), n=1, report={"rewards": {"n_pass": 0, "n_fail": 0, "n_ungraded": 1}}),
@@ -97,14 +101,14 @@ CASES = [
     Case("reply_quotes_privileged",
          with_(final_text="Internally: the parcel was lost in the Leeds depot fire.",
                privileged={"reference": "the parcel was lost in the Leeds depot fire"}),
-         error=PrivilegedLeakError, token="privileged_leak: 1 of 1"),
+         error=PrivilegedLeakError, token="privileged_leak: 1 of 1", pipeline="gate:privileged_leak"),
     Case("privileged_not_an_object", with_(privileged="the parcel was lost in the Leeds depot fire"), n=1,
          report={"privileged_leaks": {"checked": False}}),
     # ------------------------------------------------------------ the sidecar
-    Case("sidecar_not_json", GOOD_LINE, sidecar=b"{system_prompt: oops", error=ValueError, token="bad_sidecar:"),
+    Case("sidecar_not_json", GOOD_LINE, sidecar=b"{system_prompt: oops", error=ValueError, token="bad_sidecar:", pipeline="raw:unreadable sidecar"),
     Case("sidecar_tools_not_a_list", GOOD_LINE, sidecar=b'{"system_prompt": "S", "tools": {"name": "lookup"}}',
-         error=ValueError, token="bad_sidecar:"),
-    Case("sidecar_an_array", GOOD_LINE, sidecar=b"[]", error=ValueError, token="bad_sidecar:"),
+         error=ValueError, token="bad_sidecar:", pipeline="raw:unreadable sidecar"),
+    Case("sidecar_an_array", GOOD_LINE, sidecar=b"[]", error=ValueError, token="bad_sidecar:", pipeline="raw:unreadable sidecar"),
     Case("sidecar_missing", GOOD_LINE, n=1, report={"system_prompt_source": "none", "tools_source": "none"}),
     Case("sidecar_good", GOOD_LINE, sidecar=b'{"system_prompt": "S", "tools": []}', n=1,
          report={"system_prompt_source": "sidecar", "with_system": 1}),

@@ -49,7 +49,7 @@ def _one_process_per_run(body):
     @functools.wraps(body)  # Dagster reads the wrapped signature for config and resources
     def locked(context, config, storage):
         try:
-            with storage.partition_lock(context.partition_key):
+            with storage.partition_lock(context.partition_key, on_wait=context.log.info):
                 return body(context, config, storage)
         except PartitionLockedError as exc:
             raise dg.Failure(description=str(exc)) from None
@@ -126,11 +126,13 @@ def raw_simulation_data(
                 raise dg.Failure(description=message, metadata={"path": dg.MetadataValue.path(str(src)),
                                                                 "line": exc.line}) from None
             progress.close(stats.rows)
+            _refuse_empty(stats, src)
             os.replace(snapshot, stage)
             if quarantine.exists():
                 quarantine.unlink()
         else:
             quarantined = _copy_with_quarantine(snapshot, src, stage, quarantine, stats)
+            _refuse_empty(stats, src)
     finally:
         if snapshot.exists():
             snapshot.unlink()
@@ -165,6 +167,15 @@ def raw_simulation_data(
             "(rows saved through the export are scrubbed; export the raw trajectories instead)"
         )
     return dg.MaterializeResult(metadata=metadata)
+
+
+def _refuse_empty(stats, src):
+    if not stats.rows:
+        raise dg.Failure(
+            description=f"empty_run: {src} holds no trajectories (no non-blank line with a JSON object); "
+            "nothing to export. Check that the simulation finished writing it, then run again.",
+            metadata={"path": dg.MetadataValue.path(str(src))},
+        )
 
 
 def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> int:

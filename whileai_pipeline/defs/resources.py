@@ -133,7 +133,7 @@ class PipelineStorage(dg.ConfigurableResource):
         return self.stage_dir(key) / "candidates" / run_id
 
     @contextlib.contextmanager
-    def partition_lock(self, key: str, timeout: Optional[float] = None):
+    def partition_lock(self, key: str, timeout: Optional[float] = None, on_wait=None):
         """Hold the run's lock while a stage reads and writes its files (issue 6.4).
 
         Two processes materializing the same run take turns stage by stage: the second waits (up to
@@ -153,6 +153,9 @@ class PipelineStorage(dg.ConfigurableResource):
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
+                    if on_wait is not None:
+                        on_wait(f"run {key!r} is locked by another process ({path}); waiting up to {timeout:g}s")
+                        on_wait = None
                     if time.monotonic() >= deadline:
                         raise PartitionLockedError(
                             f"partition_locked: run {key!r} is being materialized by another process (lock "

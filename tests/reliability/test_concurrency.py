@@ -1,0 +1,90 @@
+"""Issue 6.4: two processes materializing the same run take turns; nothing interleaves or corrupts."""
+
+import fcntl
+import os
+import subprocess
+import sys
+
+import dagster as dg
+import orjson
+import pytest
+
+from whileai_pipeline.defs.assets import ASSETS
+from whileai_pipeline.defs.checks import CHECKS
+from whileai_pipeline.defs.partitions import PARTITIONS_NAME
+from whileai_pipeline.defs.resources import ENV_LOCK_TIMEOUT, PipelineStorage
+
+pytestmark = pytest.mark.pipeline
+
+SAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "whileai_pipeline", "sample", "support_orders.jsonl")
+
+MATERIALIZE = r"""
+import sys, dagster as dg
+from whileai_pipeline.defs.assets import ASSETS
+from whileai_pipeline.defs.checks import CHECKS
+from whileai_pipeline.defs.partitions import PARTITIONS_NAME
+from whileai_pipeline.defs.resources import PipelineStorage
+storage = PipelineStorage(root=sys.argv[1])
+with dg.DagsterInstance.ephemeral() as instance:
+    instance.add_dynamic_partitions(PARTITIONS_NAME, [sys.argv[2]])
+    result = dg.materialize([*ASSETS, *CHECKS], instance=instance, partition_key=sys.argv[2],
+                            resources={"storage": storage}, raise_on_error=False)
+    waited = any("is locked by another process" in (e.user_message or "") for e in instance.all_logs(result.run_id))
+print("SUCCESS" if result.success else "FAILED", "WAITED" if waited else "FREE")
+"""
+
+
+def _big_run(path, copies=60):
+    rows = [orjson.loads(line) for line in open(SAMPLE, "rb") if line.strip()]
+    with open(path, "wb") as fh:
+        for c in range(copies):
+            for row in rows:
+                fh.write(orjson.dumps(dict(row, rollout_index=c * 100 + (row.get("rollout_index") or 0))) + b"\n")
+
+
+def _tree(directory):
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_two_processes_on_one_run_take_turns(tmp_path):
+    storage = PipelineStorage(root=str(tmp_path / "home"))
+    src = tmp_path / "big.jsonl"
+    _big_run(src)
+    key = storage.register(src)
+    procs = [subprocess.Popen([sys.executable, "-c", MATERIALIZE, storage.root, key], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=600)[0].split() for p in procs]
+    assert all(out[0] == "SUCCESS" for out in outputs), outputs
+    assert any(out[1] == "WAITED" for out in outputs), f"the two runs never overlapped: {outputs}"
+    together = _tree(storage.published_dir(key))
+
+    alone = PipelineStorage(root=str(tmp_path / "alone"))
+    alone.register(src)
+    with dg.DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(PARTITIONS_NAME, [key])
+        assert dg.materialize([*ASSETS, *CHECKS], instance=instance, partition_key=key,
+                              resources={"storage": alone}).success
+    # Same bytes as one process alone (reports name their own storage root, so that is swapped).
+    by_itself = {name: data.replace(str(tmp_path / "alone").encode(), str(tmp_path / "home").encode())
+                 for name, data in _tree(alone.published_dir(key)).items()}
+    assert together == by_itself
+    assert not [p for p in (tmp_path / "home").rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_a_run_held_too_long_fails_clearly(tmp_path, monkeypatch):
+    storage = PipelineStorage(root=str(tmp_path / "home"))
+    key = storage.register(SAMPLE)
+    monkeypatch.setenv(ENV_LOCK_TIMEOUT, "0.5")
+    lock = tmp_path / "home" / "locks" / f"{key}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with dg.DagsterInstance.ephemeral() as instance:
+            instance.add_dynamic_partitions(PARTITIONS_NAME, [key])
+            result = dg.materialize([*ASSETS, *CHECKS], instance=instance, partition_key=key,
+                                    resources={"storage": storage}, raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "partition_locked: run 'support_orders' is being materialized by another process" in \
+        failure.event_specific_data.error.message
+    assert not storage.published_dir(key).exists()
