@@ -82,9 +82,31 @@ def read_jsonl(path):
         yield value
 
 
-def iter_jsonl(path, hasher=None):
-    """Like ``read_jsonl`` but yields ``(line_number, value)``; ``hasher`` sees every byte read."""
-    path = Path(path)
+_BLANK = object()
+
+
+def parse_line(path, lineno, line):
+    """The JSON value of one raw line, or ``_BLANK`` for a blank one.
+
+    A UTF-8 BOM on line 1 and surrounding whitespace (CRLF included) are dropped; anything else that
+    is not one JSON value raises ``BadJsonlError`` naming ``path:lineno``.
+    """
+    if lineno == 1 and line.startswith(_BOM):
+        line = line[len(_BOM):]
+    line = line.strip()
+    if not line:
+        return _BLANK
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise BadJsonlError(path, lineno, _reason(exc, line)) from None
+
+
+def iter_jsonl_lines(path, hasher=None):
+    """Yield ``(line_number, raw line bytes, value)`` for every line (``_BLANK`` for blank ones).
+
+    ``hasher`` sees every byte read, so one pass can both parse and hash the file.
+    """
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
@@ -93,52 +115,23 @@ def iter_jsonl(path, hasher=None):
         for lineno, line in enumerate(fh, 1):
             if hasher is not None:
                 hasher.update(line)
-            if lineno == 1 and line.startswith(_BOM):
-                line = line[len(_BOM):]
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                yield lineno, orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise BadJsonlError(path, lineno, _reason(exc, line)) from None
+            yield lineno, line, parse_line(path, lineno, line)
 
 
-_BLANK = object()
-
-
-def iter_jsonl_lines(path, hasher=None):
-    """Yield ``(line_number, raw line bytes, value)`` for every line; blank lines give ``_BLANK``."""
-    with open(path, "rb") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if hasher is not None:
-                hasher.update(line)
-            text_ = line[len(_BOM):] if lineno == 1 and line.startswith(_BOM) else line
-            text_ = text_.strip()
-            if not text_:
-                yield lineno, line, _BLANK
-                continue
-            try:
-                yield lineno, line, orjson.loads(text_)
-            except orjson.JSONDecodeError as exc:
-                raise BadJsonlError(path, lineno, _reason(exc, text_)) from None
+def iter_jsonl(path, hasher=None):
+    """Like ``read_jsonl`` but yields ``(line_number, value)``."""
+    for lineno, _, value in iter_jsonl_lines(path, hasher):
+        if value is not _BLANK:
+            yield lineno, value
 
 
 def iter_jsonl_offsets(path):
     """Yield ``(byte_offset, value)`` for every non-blank line, so a later pass can seek back to it."""
     offset = 0
-    with open(path, "rb") as fh:
-        for lineno, line in enumerate(fh, 1):
-            start, offset = offset, offset + len(line)
-            raw = line[len(_BOM):] if lineno == 1 and line.startswith(_BOM) else line
-            raw = raw.strip()
-            if not raw:
-                continue
-            try:
-                value = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise BadJsonlError(path, lineno, _reason(exc, raw)) from None
-            yield (start + (len(_BOM) if lineno == 1 and line.startswith(_BOM) else 0)), value
+    for _, line, value in iter_jsonl_lines(path):
+        start, offset = offset, offset + len(line)
+        if value is not _BLANK:
+            yield start, value
 
 
 def _reason(exc, line):

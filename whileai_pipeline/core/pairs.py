@@ -10,8 +10,6 @@ import hashlib
 import json
 import math
 import re
-
-import orjson
 from dataclasses import dataclass
 
 from .conversation import conversation
@@ -371,7 +369,7 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
     """
     if min_margin <= 0:
         raise ValueError(MIN_MARGIN_ERROR)
-    from .jsonl import atomic_file, dumps_line, iter_jsonl_offsets, sha256_file
+    from .jsonl import atomic_file, dumps_line, iter_jsonl_offsets, parse_line, sha256_file
 
     offsets = array.array("q")
 
@@ -388,7 +386,8 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
     with open(source, "rb") as fh, atomic_file(output) as out:
         def row_at(index):
             fh.seek(offsets[index])
-            return orjson.loads(fh.readline())
+            # the line parsed in pass 1; the number only tells parse_line whether a BOM may lead it
+            return parse_line(source, 1 if offsets[index] == 0 else 2, fh.readline())
 
         for c, r in plan:
             out.write(dumps_line(pair_fields(c, r, row_at(c.index), row_at(r.index))))

@@ -14,10 +14,7 @@ import os
 import shutil
 from dataclasses import dataclass
 
-import orjson
-
-from .errors import BadJsonlError
-from .jsonl import _BOM, _reason, splice
+from .jsonl import _BLANK, parse_line, splice
 
 CHUNK_BYTES = 8 << 20
 BLOCK_BYTES = 1 << 20
@@ -81,15 +78,9 @@ def _work(path, chunk, fn, plan, part):
     out = open(part, "wb", buffering=1 << 20) if part else None
     try:
         for lineno, line in enumerate(data.split(b"\n"), chunk.first_line):
-            if lineno == 1 and line.startswith(_BOM):
-                line = line[len(_BOM):]
-            line = line.strip()
-            if not line:
+            value = parse_line(path, lineno, line)
+            if value is _BLANK:
                 continue
-            try:
-                value = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise BadJsonlError(path, lineno, _reason(exc, line)) from None
             outcome = fn(value, plan)
             if outcome is not None:
                 suffix = chunk.suffixes[row] if chunk.suffixes is not None else b""

@@ -17,7 +17,7 @@ import orjson
 
 import whileai_pipeline.simulations as wai
 from whileai_pipeline.core.errors import BadJsonlError, ExportError
-from whileai_pipeline.core.jsonl import atomic_file, dumps_line, iter_jsonl, sha256_file, write_jsonl
+from whileai_pipeline.core.jsonl import _BLANK, atomic_file, dumps_line, iter_jsonl, parse_line, sha256_file, write_jsonl
 from whileai_pipeline.core.pairs import build_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
 from whileai_pipeline.core.scoring import ScoreStats, ScorerError, load_callable, resolve_scorer, verdict
@@ -184,29 +184,23 @@ def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> int:
     bad = 0
     with open(snapshot, "rb") as fin, atomic_file(stage) as out, atomic_file(quarantine) as qout:
         for lineno, line in enumerate(fin, 1):
-            if lineno == 1 and line.startswith(b"\xef\xbb\xbf"):
-                line = line[3:]
-            body = line.strip()
-            if not body:
-                continue
             reason = None
             try:
-                row = orjson.loads(body)
+                row = parse_line(src, lineno, line)
+            except BadJsonlError as exc:
+                reason = exc.reason
+            else:
+                if row is _BLANK:
+                    continue
                 if not isinstance(row, dict):
                     reason = f"expected a JSON object (one trajectory), got {type(row).__name__}"
-            except orjson.JSONDecodeError as exc:
-                try:
-                    body.decode("utf-8")
-                    reason = str(exc)
-                except UnicodeDecodeError as uexc:
-                    reason = f"invalid UTF-8 at byte {uexc.start}"
             if reason is None:
                 stats.add(row)
-                out.write(body + b"\n")
+                out.write(line.strip().removeprefix(b"\xef\xbb\xbf") + b"\n")
             else:
                 bad += 1
                 qout.write(dumps_line({"path": str(src), "line": lineno, "reason": reason,
-                                       "text": body.decode("utf-8", "replace")}))
+                                       "text": line.strip().decode("utf-8", "replace")}))
     if not bad:
         quarantine.unlink()
     return bad
