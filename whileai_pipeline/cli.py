@@ -268,6 +268,9 @@ def main(argv=None) -> int:
     except UsageError as exc:
         print(f"whileai-pipeline: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `whileai-pipeline demo | head`: the reader left, which is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def _library_failure(exc: Exception, what: str) -> dg.Failure:
     group_name=GROUP,
     kinds={"python", "jsonl"},
     description="The run as read from the inbox (JSONL trajectories, still carrying their privileged "
-    "blocks) plus its optional sidecar, validated line by line and snapshotted to stages/<run>/raw.jsonl.",
+    "blocks) plus its optional sidecar, validated line by line and snapshotted to `stages/<run>/raw.jsonl`.",
 )
 @_one_process_per_run
 def raw_simulation_data(
@@ -214,7 +214,7 @@ def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> int:
     deps=[raw_simulation_data],
     kinds={"python", "jsonl"},
     description="Every raw row with a reward from the configured scorer (existing, reference_match or "
-    "module:function) and who scored it (scorer, label_source); stages/<run>/scored.jsonl.",
+    "module:function) and who scored it (scorer, label_source); `stages/<run>/scored.jsonl`.",
 )
 @_one_process_per_run
 def scored_simulation_data(
@@ -268,7 +268,7 @@ def scored_simulation_data(
     deps=[scored_simulation_data],
     kinds={"python", "jsonl"},
     description="Chosen/rejected pairs from rollouts of the same prompt whose rewards differ by at least "
-    "min_margin (build_preference_pairs), optionally judged pairwise; stages/<run>/pairs.jsonl.",
+    "min_margin (build_preference_pairs), optionally judged pairwise; `stages/<run>/pairs.jsonl`.",
 )
 @_one_process_per_run
 def preference_pairs(
@@ -420,7 +420,7 @@ def _finish_export(context, storage, kind, formats, candidates, reports, validat
     deps=[scored_simulation_data],
     kinds={"python", "jsonl"},
     description="SFT training files (export_dataset) in each configured format, published to "
-    "published/<run>/sft.<format>.jsonl only when the round-trip and leak gates pass.",
+    "`published/<run>/sft.<format>.jsonl` only when the round-trip and leak gates pass.",
 )
 @_one_process_per_run
 def sft_export(
@@ -470,7 +470,7 @@ def sft_export(
     deps=[preference_pairs],
     kinds={"python", "jsonl"},
     description="DPO preference files (export_preference) in each configured format, published to "
-    "published/<run>/dpo.<format>.jsonl only when the round-trip and leak gates pass.",
+    "`published/<run>/dpo.<format>.jsonl` only when the round-trip and leak gates pass.",
 )
 @_one_process_per_run
 def dpo_export(

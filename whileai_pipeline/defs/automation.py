@@ -58,7 +58,7 @@ def _already_materialized(instance, key, fp) -> bool:
     job=simulation_chain_job,
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Watches <root>/inbox for new or changed <run>.jsonl files (and their .meta.json "
+    description="Watches `<root>/inbox` for new or changed `<run>.jsonl` files (and their .meta.json "
     "sidecars); registers each as a partition and runs the chain once per content.",
 )
 def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) -> dg.SensorResult:

@@ -117,7 +117,7 @@ class SftExportConfig(dg.Config):
     formats: List[str] = Field(default=list(FORMATS), description="Any of openai, trl.")
     mask_mode: MaskMode = Field(default=MaskMode.assistant, description="assistant or final.")
     unroll: bool = Field(default=False, description="One sample per assistant turn.")
-    strip_think: bool = Field(default=True, description="Remove <think> blocks from assistant turns.")
+    strip_think: bool = Field(default=True, description="Remove `<think>` blocks from assistant turns.")
     max_tool_output_chars: Optional[int] = Field(default=None, description="Cut longer tool outputs.")
     validate_gates: bool = Field(
         default=True,
@@ -146,7 +146,7 @@ class SftExportConfig(dg.Config):
 
 class DpoExportConfig(dg.Config):
     formats: List[str] = Field(default=list(FORMATS), description="Any of openai, trl.")
-    strip_think: bool = Field(default=True, description="Remove <think> blocks from assistant turns.")
+    strip_think: bool = Field(default=True, description="Remove `<think>` blocks from assistant turns.")
     validate_gates: bool = Field(
         default=True,
         alias="validate",
