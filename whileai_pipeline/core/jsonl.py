@@ -8,6 +8,7 @@ crash) never sees half a file.
 import contextlib
 import datetime
 import hashlib
+import json
 import math
 import os
 import tempfile
@@ -99,7 +100,26 @@ def parse_line(path, lineno, line):
     try:
         return orjson.loads(line)
     except orjson.JSONDecodeError as exc:
-        raise BadJsonlError(path, lineno, _reason(exc, line)) from None
+        value = _with_nonfinite_tokens(line)
+        if value is _BLANK:
+            raise BadJsonlError(path, lineno, _reason(exc, line)) from None
+        return value
+
+
+def _with_nonfinite_tokens(line):
+    """Rows saved by the reference SDK spell NaN and infinities as bare ``NaN``/``Infinity`` tokens.
+
+    Those lines are read (the values become floats, written back as null); anything else strict JSON
+    refuses stays refused (``_BLANK`` here means "not readable").
+    """
+    if b"NaN" not in line and b"Infinity" not in line:
+        return _BLANK
+    try:
+        value = json.loads(line)
+        orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)  # lone surrogates and the like stay refused
+    except (ValueError, TypeError, orjson.JSONEncodeError):
+        return _BLANK
+    return value
 
 
 def iter_jsonl_lines(path, hasher=None):

@@ -13,7 +13,7 @@ from .pairs import first_turn_note, length_note
 from .rows import SchemaCheck, preference_problems, stamp
 from .runs import resolve_source
 from .trl import trl_preference_row
-from .wire import to_wire
+from .wire import has_tool_calls, to_wire
 
 PAIR_KEYS = (
     "tie", "pairwise", "first_turn_differs", "chosen_score", "rejected_score", "margin",
@@ -40,7 +40,7 @@ def export_preference(pairs, output=None, *, system_prompt=None, tools=None, str
     roundtrip, leaks = RoundtripGate(format), LeakGate()
     schema = SchemaCheck("export_preference")
     n_entries = skipped = bad = ties = dropped = n_out = rejected_quoting = 0
-    deltas = longer = identical = 0
+    deltas = longer = identical = rows_with_calls = 0
     margins = []
     spool = Spool(dest)
     try:
@@ -84,6 +84,7 @@ def export_preference(pairs, output=None, *, system_prompt=None, tools=None, str
             leaks.add(item["chosen"])
             if leak_verdict(item["rejected"]):
                 rejected_quoting += 1
+            rows_with_calls += has_tool_calls(entry["chosen"]) or has_tool_calls(entry["rejected"])
             delta = entry.get("length_delta")
             if isinstance(delta, int):
                 deltas += 1
@@ -131,6 +132,15 @@ def export_preference(pairs, output=None, *, system_prompt=None, tools=None, str
             report.setdefault("warnings", []).append(
                 f"{rejected_quoting} rejected replies quote their own privileged context; they are kept as "
                 "negatives (DPO pushes them down), but a grader that rewards such replies needs a look.")
+        if rows_with_calls and not src.tools:
+            report.setdefault("warnings", []).append(
+                f"{rows_with_calls} of {n_out} rows make tool calls but were exported without tool schemas; "
+                "the trainer cannot show the model the tools it calls. Pass tools=, or keep a <name>.meta.json "
+                "sidecar beside the pairs file.")
+        if rows_with_calls and not src.system:
+            report.setdefault("warnings", []).append(
+                f"{rows_with_calls} of {n_out} rows make tool calls but were exported without a system prompt. "
+                "Pass system_prompt=, or keep a <name>.meta.json sidecar beside the pairs file.")
         report["system_prompt_source"] = src.system_source
         report["tools_source"] = src.tools_source
         report["rows_read"] = n_entries + skipped

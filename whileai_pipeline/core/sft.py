@@ -24,6 +24,7 @@ from .progress import tick
 from .output import Spool, destination, finish, refuse_source
 from .rows import PASS_THRESHOLD, SchemaCheck, convert_row, training_problems
 from .runs import resolve_source
+from .wire import has_tool_calls
 from .trl import TRL_LOSS_COMPLETION, TRL_LOSS_MESSAGES, trl_completion_row, trl_training_row
 
 class _SftPlan:
@@ -75,7 +76,7 @@ def _sft_outcome(raw, plan):
             checked, invalid,
             bool(first and first.get("role") == "system"),
             bool(row.get("tools")),
-            _has_tool_calls(messages),
+            has_tool_calls(messages),
             row.get("tool_output_truncated", 0),
             row.get("tool_output_chars_cut", 0),
             trained, masked,
@@ -102,6 +103,7 @@ class _SftTally:
         self.prescan = prescan
         self.groups = prescan.groups if prescan is not None else (GroupStats() if plan.grouping else None)
         self.row_groups = array.array("q")
+        self.written_groups = set()
         self.roundtrip, self.leaks = RoundtripGate(plan.format), LeakGate()
         self.schema = SchemaCheck("training_rows")
         self.rewards = {"n_pass": 0, "n_fail": 0, "n_ungraded": 0}
@@ -143,6 +145,8 @@ class _SftTally:
             self.trained += trained
             self.masked += masked
             self.rewards[reward_class] += 1
+            if g >= 0:
+                self.written_groups.add(g)
             if self.prescan is not None:
                 if body is not None:  # None: a worker process already wrote the line
                     self.spool.write(body, tail, self.prescan.suffix(g))
@@ -151,10 +155,6 @@ class _SftTally:
                     self.spool.write(body, tail)
                 self.row_groups.append(g)
             self.n_out += 1
-
-
-def _has_tool_calls(messages):
-    return any(isinstance(m, dict) and m.get("tool_calls") for m in messages or ())
 
 
 class _Prescan:
@@ -333,7 +333,8 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
         "format": plan.format,
         "with_system": t.with_system,
         "with_tools": t.with_tools,
-        "groups": t.groups.n_groups if t.groups is not None else 0,
+        # distinct group ids among the rows written (TRL drops rows, DECISIONS 16)
+        "groups": len(t.written_groups) if t.groups is not None and t.groups.active else 0,
         "tool_call_roundtrip": t.roundtrip.report(),
         "mask_mode": "final (unrolled)" if plan.unroll else plan.mask_mode,
         "unrolled": plan.unroll,

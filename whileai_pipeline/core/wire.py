@@ -20,19 +20,28 @@ _THINK = re.compile(r"<think>.*?</think>\s*", re.IGNORECASE | re.DOTALL)
 # ---------------------------------------------------------------- arguments
 
 def strict_loads(value: str):
-    """RFC 8259 JSON (DECISIONS 3): ``NaN``/``Infinity`` are not JSON."""
+    """RFC 8259 JSON, what the round-trip gate accepts (DECISIONS 3): ``NaN``/``Infinity`` are not JSON."""
     return orjson.loads(value)
 
 
+def lenient_loads(value: str):
+    """The spec's decoder: Python's ``json.loads``, which also reads ``NaN``/``Infinity`` tokens."""
+    return json.loads(value)
+
+
 def decode_arguments(raw):
-    """Unwrap string-encoded JSON up to three times; stop at the first text that is not JSON."""
+    """Unwrap string-encoded JSON up to three times; stop at the first text that is not JSON.
+
+    Decoding is the spec's (lenient, DECISIONS 2), so a ``NaN`` the agent sent stays visible as a
+    number: the strict gate then refuses it (DECISIONS 3) instead of the text hiding it.
+    """
     value = raw
     for _ in range(DECODE_PASSES):
         if not isinstance(value, str):
             break
         try:
-            value = strict_loads(value)
-        except (orjson.JSONDecodeError, TypeError):
+            value = lenient_loads(value)
+        except ValueError:
             break
     return value
 
@@ -56,8 +65,13 @@ def wire_arguments(raw) -> str:
     """
     value = decode_arguments(raw)
     if isinstance(value, str):
-        return value
-    if not value:
+        # Still text after three passes: either not JSON (kept as written, for the gate to see), or
+        # JSON encoded four or more times, which is re-encoded compactly like everything else.
+        try:
+            value = lenient_loads(value)
+        except ValueError:
+            return value
+    elif not value:
         value = {}
     encoded = dumps(value)
     if b"null" in encoded and has_nonfinite(value):  # orjson wrote NaN/Infinity as null
@@ -73,6 +87,10 @@ def arguments_are_structured(arguments, encoding: str) -> bool:
         except orjson.JSONDecodeError:
             return False
     return isinstance(arguments, dict) and not has_nonfinite(arguments)
+
+
+def has_tool_calls(messages) -> bool:
+    return any(isinstance(m, dict) and m.get("tool_calls") for m in messages or ())
 
 
 # ---------------------------------------------------------------- content

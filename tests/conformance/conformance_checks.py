@@ -1,0 +1,435 @@
+"""The two differential checks (SFT export and preference export) shared by the test modules.
+
+Each check: feed the same input to the reference and to ours, apply the DECISIONS transforms to the
+reference's output, and assert equality of the parsed rows and of the reports.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from hypothesis import event as _hyp_event
+
+import conformance_harness as H
+
+
+def event(name: str) -> None:
+    """hypothesis.event, also usable from the plain (non-hypothesis) tests that share these checks."""
+    try:
+        _hyp_event(name)
+    except Exception:  # noqa: BLE001 -- InvalidArgument outside a hypothesis test
+        pass
+
+
+def _snap(x) -> str:
+    return json.dumps(x, default=str, allow_nan=True)
+
+
+def _noted(name: str, before: str, after) -> None:
+    """Hypothesis statistics (pytest --hypothesis-show-statistics): how often each transform mattered."""
+    if before != _snap(after):
+        event(f"{name} changed the prediction")
+
+LEAK_SUBSET = ("checked", "n_checked", "n_leaked", "leaked", "summary")
+
+# Warnings DECISIONS adds on our side. DECISIONS gives no texts, so each is recognised by what it must
+# say (the numbers it must carry are checked by the callers).
+D6_NO_TOOLS = re.compile(r"^(\d+) of (\d+) rows make tool calls but were exported without tool schemas")
+D6_NO_SYSTEM = re.compile(r"^(\d+) of (\d+) rows make tool calls but were exported without a system prompt")
+D16_DROPPED = re.compile(r"^(\d+) rows have no assistant turn after the first message and were dropped")
+D12_CHOSEN = re.compile(r"^(\d+) of (\d+) chosen replies quote their own privileged context")
+D12_REJECTED = re.compile(r"^(\d+) rejected replies quote their own privileged context")
+
+
+def leak_subset(rep: dict) -> dict:
+    return {k: rep[k] for k in LEAK_SUBSET}
+
+
+def _rows_with_calls(rows) -> int:
+    return sum(1 for r in rows if any(isinstance(m, dict) and m.get("tool_calls") for m in H.row_conversation(r)))
+
+
+def _split_extra_warnings(warnings: list, patterns: dict) -> tuple[list, dict]:
+    """Separate our DECISIONS-added warnings (by pattern) from the rest."""
+    rest, found = [], {}
+    for w in warnings:
+        for name, pat in patterns.items():
+            m = pat.match(w)
+            if m:
+                assert name not in found, f"duplicate {name} warning: {warnings}"
+                found[name] = m
+                break
+        else:
+            rest.append(w)
+    return rest, found
+
+
+# =============================================================================================
+# SFT export
+# =============================================================================================
+
+
+def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, strip_think, system_prompt,
+                         tools, cap, validate, our_source=None, ref_source=None, ref_kwargs=None,
+                         path_source: Path | None = None, sp_source=None, tools_source=None,
+                         ref_out: Path | None = None, our_out: Path | None = None, pass_output=True,
+                         effective_context=None):
+    """Differential check of ``export_dataset``. ``rows`` are the raw trajectories (a list). By default
+    both sides get a copy of ``rows``; ``our_source`` / ``ref_source`` / ``ref_kwargs`` let source tests
+    (generators, path + sidecar) hand each side the source DECISIONS says is equivalent.
+    ``pass_output=False``: no ``output`` argument; ``ref_out`` / ``our_out`` are the derived names.
+    ``effective_context``: (system prompt, tools) both sides end up using when it is not the arguments
+    (a run object's profile)."""
+    kw = dict(strip_think=strip_think, mask_mode=mask_mode, unroll=unroll, max_tool_output_chars=cap, format=fmt)
+    ref_in = H.d10_json_content(H.deep(rows))  # DECISIONS 10
+    if unroll:
+        ref_in = H.d11_wrap_nondict_lineage(ref_in)  # DECISIONS 11
+    rkw = dict(system_prompt=system_prompt, tools=tools)
+    rkw.update(ref_kwargs or {})
+    ref_out = ref_out or tmp / "ref" / "out.jsonl"
+    our_out = our_out or tmp / "ours" / "out.jsonl"
+    for p in (ref_out, our_out):
+        p.parent.mkdir(parents=True, exist_ok=True)
+    rsrc = ref_source(H.deep(ref_in)) if ref_source is not None else H.deep(ref_in)
+    r = H.run(ref.export_dataset, rsrc, output=ref_out, pass_output=pass_output, validate=False, **rkw, **kw)
+    src = our_source() if our_source is not None else H.deep(rows)
+    o = H.run(ours.export_dataset, src, output=our_out, pass_output=pass_output, validate=validate,
+              system_prompt=system_prompt, tools=tools, **kw)
+    ctx = f"inputs: {H.short(rows, 4000)}\nours error: {o.error!r}\nref error: {r.error!r}"
+
+    if r.error is not None:
+        # Only schema errors are raised regardless of validate= (spec 2.8); they must match exactly.
+        assert o.error is not None, f"reference raised {r.error!r}, ours did not\n{ctx}"
+        assert isinstance(o.error, ValueError), f"DECISIONS 14: ValueError subclass expected, got {type(o.error)}"
+        # DECISIONS 14: the spec's leading tokens are kept ("schema_invalid in <where>: <i>:<code>...");
+        # ours may append guidance after the reference's full text.
+        assert str(o.error).startswith(str(r.error)), f"error text differs\nref:  {r.error}\nours: {o.error}\n{ctx}"
+        assert o.rows is None, "nothing may be written when the export raises"
+        event("outcome: schema error on both sides")
+        return "error"
+
+    # ------------------------------------------------------------------ predicted rows
+    sources = H.deep(rows)
+    if effective_context is not None:
+        system, eff_tools = effective_context
+    else:
+        sp = (ref_kwargs or {}).get("system_prompt", system_prompt)
+        system = "" if sp is None else str(sp)
+        eff_tools = (ref_kwargs or {}).get("tools", tools)
+    pred = H.deep(r.rows)
+    # harness self-check: our reading of the spec's round-trip rule reproduces the reference's report
+    ref_rt_plain = H.roundtrip_report([H.row_conversation(x) for x in r.rows], fmt, strict=False)
+    assert H.nan_safe(ref_rt_plain) == H.nan_safe(r.report["tool_call_roundtrip"]), "harness self-check (roundtrip)"
+
+    if _snap(ref_in) != _snap(rows):
+        event("d10/d11 input transforms changed the reference's input")
+    b = _snap(pred)
+    H.d9_relink_tool_call_ids(pred, sources, unroll, system)  # DECISIONS 9
+    _noted("d9", b, pred)
+    b = _snap(pred)
+    H.d11_per_sample_truncation(pred, unroll)  # DECISIONS 11 (self-checked when not unrolled)
+    if unroll:
+        H.d11_unwrap_lineage_of_plain_samples(pred)  # DECISIONS 11
+    _noted("d11", b, pred)
+    dropped = []
+    trained = masked = None
+    if fmt == "trl":
+        trained, masked = _d16_trained_masked(pred, mask_mode, unroll)
+        pred, dropped = H.d16_trl_sft_shape(pred, mask_mode, unroll)  # DECISIONS 16
+        if dropped:
+            event("d16 dropped rows")
+    b = _snap(pred)
+    pred = H.d8_scrub_blocked_keys(pred)  # DECISIONS 8
+    _noted("d8", b, pred)
+    rt = H.roundtrip_report([H.row_conversation(x) for x in pred], fmt, strict=True)  # DECISIONS 3
+    if rt != r.report["tool_call_roundtrip"]:
+        event("d3 changed the round-trip report")
+    b = _snap(pred)
+    if fmt == "openai":
+        H.d2_compact_arguments(pred)  # DECISIONS 2
+    _noted("d2", b, pred)
+    b = _snap(pred)
+    pred = H.d1_nonfinite_to_null(pred)  # DECISIONS 1
+    _noted("d1", b, pred)
+
+    # ------------------------------------------------------------------ predicted report
+    rep = dict(r.report)
+    rep["tool_call_roundtrip"] = rt  # DECISIONS 3
+    leaks_expected = leak_subset(ref.leak_report(H.deep(rows)))
+    assert H.nan_safe(rep["privileged_leaks"]) == H.nan_safe(leaks_expected), "harness self-check (leaks)"
+    rep["privileged_leaks"] = leaks_expected
+    if unroll:  # DECISIONS 11: totals of the per-sample counts
+        rep["tool_output_truncated"] = sum(x.get("tool_output_truncated", 0) for x in pred)
+        rep["tool_output_chars_cut"] = sum(x.get("tool_output_chars_cut", 0) for x in pred)
+    warnings = list(rep.pop("warnings", []))
+    if fmt == "trl":
+        _d16_report(rep, pred, dropped, trained, masked)
+        warnings = _d16_failing_warning(warnings, rep)
+    n_out = len(pred)
+
+    # ------------------------------------------------------------------ gates (validate=True)
+    expected_error = None
+    if validate:
+        if rt["invalid"]:
+            expected_error = "tool_call_roundtrip_invalid"
+        elif rep["privileged_leaks"]["n_leaked"]:
+            expected_error = "privileged_leak"
+        # sanity: the reference itself refuses on its own (non-strict) report
+        rsrc = ref_source(H.deep(ref_in)) if ref_source is not None else H.deep(ref_in)
+        rv = H.run(ref.export_dataset, rsrc, output=tmp / "ref" / "validated.jsonl", validate=True, **rkw, **kw)
+        if r.report["tool_call_roundtrip"]["invalid"]:
+            assert H.leading_token(rv.error) == "tool_call_roundtrip_invalid"
+        elif r.report["privileged_leaks"]["n_leaked"]:
+            assert H.leading_token(rv.error) == "privileged_leak"
+        else:
+            assert rv.error is None, rv.error
+    if expected_error is not None:
+        assert o.error is not None, f"ours exported where DECISIONS predicts {expected_error}\n{ctx}"
+        assert isinstance(o.error, ValueError), "DECISIONS 14"
+        assert H.leading_token(o.error) == expected_error, f"DECISIONS 14: token {H.leading_token(o.error)!r}\n{ctx}"
+        er = getattr(o.error, "report", None)
+        assert isinstance(er, dict), "DECISIONS 14: gate errors carry the report"
+        H.assert_same(rt, er["tool_call_roundtrip"], "error.report tool_call_roundtrip", ctx)
+        H.assert_same(rep["privileged_leaks"], er["privileged_leaks"], "error.report privileged_leaks", ctx)
+        assert o.rows is None, "nothing may be written when a gate refuses"
+        event(f"outcome: refused ({expected_error})")
+        return "refused"
+
+    assert o.error is None, f"ours raised {o.error!r}; DECISIONS predicts success\n{ctx}"
+    event("outcome: exported")
+    if rep["privileged_leaks"]["n_leaked"]:
+        event("privileged leak exported (validate=False)")
+
+    # ------------------------------------------------------------------ rows
+    our_rows = H.assert_d1_file_encoding(o.raw)  # DECISIONS 1
+    H.assert_same(pred, our_rows, "exported rows", ctx)
+    skip = {"prompt", "completion", "messages"} if fmt == "trl" else set()
+    if unroll:
+        skip |= {"lineage", "tool_output_truncated", "tool_output_chars_cut"}
+    H.assert_key_order(pred, our_rows, frozenset(skip))
+
+    # ------------------------------------------------------------------ report
+    ours_rep = H.pop_d15_d6(
+        o.report, rows_read=len(rows), rows_skipped=sum(not isinstance(r, dict) for r in rows),
+        written=o.raw, path_source=path_source,
+        sp_source=sp_source or ("argument" if system_prompt is not None else "none"),
+        tools_source=tools_source or ("argument" if tools is not None else "none"),
+    )
+    our_warnings = list(ours_rep.pop("warnings", []))
+    rest, extra = _split_extra_warnings(our_warnings, {"d6_tools": D6_NO_TOOLS, "d6_system": D6_NO_SYSTEM,
+                                                       "d16_dropped": D16_DROPPED})
+    # DECISIONS 6: warn when a row with tool calls is exported with no tools or no system prompt
+    with_calls = _rows_with_calls(pred)
+    exp_extra = set()
+    if with_calls and not eff_tools:
+        exp_extra.add("d6_tools")
+    if with_calls and not system:
+        exp_extra.add("d6_system")
+    if dropped:
+        exp_extra.add("d16_dropped")  # DECISIONS 16 ("dropped and counted"); 0.131 also warns
+    assert set(extra) == exp_extra, f"DECISIONS 6/16 warnings: expected {sorted(exp_extra)}, got {our_warnings}\n{ctx}"
+    for name in ("d6_tools", "d6_system"):
+        if name in extra:
+            assert extra[name].groups() == (str(with_calls), str(n_out)), f"{name} counts: {extra[name].group(0)}"
+    if "d16_dropped" in extra:
+        assert extra["d16_dropped"].group(1) == str(len(dropped))
+    assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
+    if fmt == "trl":  # DECISIONS 16
+        trl_loss = ours_rep.pop("trl_loss")
+        assert isinstance(trl_loss, str) and trl_loss, "DECISIONS 16: trl_loss sentence"
+        want = "completion" if (mask_mode == "final" or unroll) else "messages"
+        assert want in trl_loss, f"DECISIONS 16: trl_loss should describe {want} rows: {trl_loss}"
+        if dropped:
+            assert ours_rep.pop("no_completion_dropped") == len(dropped), "DECISIONS 16: no_completion_dropped"
+        else:
+            assert "no_completion_dropped" not in ours_rep
+    rep["path"] = str(our_out)
+    rep["n_written"] = n_out
+    # keys no DECISIONS point explains are reported last, so that other differences show first
+    unexplained = {k: ours_rep.pop(k) for k in list(ours_rep) if k not in rep}
+    H.assert_same(H.nan_safe(rep), H.nan_safe(ours_rep), "report", ctx)
+    assert not unexplained, f"export_dataset report keys no DECISIONS point explains: {unexplained}"
+    return "ok"
+
+
+def _d16_trained_masked(rows, mask_mode, unroll):
+    """DECISIONS 16 + open question Q1: for prompt/completion rows trained/masked count completion /
+    prompt messages (what TRL trains); messages rows keep the loss-mask counts."""
+    trained = masked = 0
+    for r in rows:
+        msgs = r["messages"]
+        if mask_mode == "final" or unroll:
+            last = max((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), default=-1)
+            if last < 1:
+                continue
+            trained += len(msgs) - last
+            masked += last
+        else:
+            ones = sum(r["loss_mask"])
+            trained += ones
+            masked += len(r["loss_mask"]) - ones
+    return trained, masked
+
+
+def _d16_report(rep, pred, dropped, trained, masked):
+    """DECISIONS 16: report numbers over the rows that are actually written (dropped rows removed)."""
+    rep["n"] = len(pred)
+    rep["with_system"] = sum(1 for x in pred if (H.row_conversation(x) or [{}])[0].get("role") == "system")
+    rep["with_tools"] = sum(1 for x in pred if x.get("tools"))
+    rep["groups"] = len({x["group_id"] for x in pred if "group_id" in x})
+    rep["trained_messages"] = trained
+    rep["masked_messages"] = masked
+    for d in dropped:
+        rep["rewards"][H.reward_class(d.get("reward"))] -= 1
+        rep["tool_output_truncated"] -= d.get("tool_output_truncated", 0)
+        rep["tool_output_chars_cut"] -= d.get("tool_output_chars_cut", 0)
+
+
+def _d16_failing_warning(warnings, rep):
+    """DECISIONS 16: the failing-rows warning counts the rows written."""
+    out = []
+    for w in warnings:
+        m = H.FAILING_WARNING.match(w)
+        if m:
+            if not rep["rewards"]["n_fail"]:
+                continue
+            w = f"{rep['rewards']['n_fail']} of {rep['n']}" + w[m.end(2):]
+        out.append(w)
+    return out
+
+
+# =============================================================================================
+# Preference export
+# =============================================================================================
+
+
+def _first_assistant(msgs):
+    return next((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), -1)
+
+
+def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, system_prompt, tools, strip_think,
+                            validate, our_source=None):
+    kw = dict(system_prompt=system_prompt, tools=tools, strip_think=strip_think, drop_ties=drop_ties)
+    ref_in = H.d10_json_content_pairs(H.deep(pairs))  # DECISIONS 10
+    (tmp / "ref").mkdir(parents=True, exist_ok=True)
+    (tmp / "ours").mkdir(parents=True, exist_ok=True)
+    r = H.run(ref.export_preference, H.deep(ref_in), output=tmp / "ref" / "pairs.jsonl", validate=False, format=fmt, **kw)
+    our_out = tmp / "ours" / "pairs.jsonl"
+    src = our_source() if our_source is not None else H.deep(pairs)
+    o = H.run(ours.export_preference, src, output=our_out, validate=validate, format=fmt, **kw)
+    ctx = f"pairs: {H.short(pairs, 5000)}\nours error: {o.error!r}\nref error: {r.error!r}"
+
+    if r.error is not None:
+        assert o.error is not None, f"reference raised {r.error!r}, ours did not\n{ctx}"
+        assert isinstance(o.error, ValueError), "DECISIONS 14"
+        # DECISIONS 14: same leading text; ours may append guidance
+        assert str(o.error).startswith(str(r.error)), f"error text differs\nref:  {r.error}\nours: {o.error}\n{ctx}"
+        assert o.rows is None
+        return "error"
+
+    system = "" if system_prompt is None else str(system_prompt)
+    kept = [p for p in pairs if isinstance(p, dict) and not (drop_ties and p.get("tie"))]
+    if fmt == "trl":
+        # which pairs the TRL reshape keeps: both sides need a first assistant turn at index >= 1
+        full = H.run(ref.export_preference, H.deep(ref_in), output=tmp / "ref" / "full.jsonl", validate=False,
+                     format="openai", **kw)
+        assert full.error is None and len(full.rows or []) == len(kept)
+        kept = [p for p, row in zip(kept, full.rows or [])
+                if _first_assistant(row["chosen"]) >= 1 and _first_assistant(row["rejected"]) >= 1]
+    ref_rows = r.rows or []
+    assert len(ref_rows) == len(kept), "harness self-check (kept pairs)"
+    sides = [s for row in ref_rows for s in (H.row_conversation({"messages": row["chosen"]}),
+                                             H.row_conversation({"messages": row["rejected"]}))]
+    assert H.nan_safe(H.roundtrip_report(sides, fmt, strict=False)) == H.nan_safe(r.report["tool_call_roundtrip"]), (
+        "harness self-check (roundtrip)"
+    )
+
+    pred = H.deep(ref_rows)
+    b = _snap(pred)
+    H.d9_relink_pair_ids(pred, kept, system, fmt)  # DECISIONS 9
+    _noted("d9 (pairs)", b, pred)
+    b = _snap(pred)
+    pred = H.d8_scrub_blocked_keys(pred)  # DECISIONS 8
+    _noted("d8 (pairs)", b, pred)
+    sides = [s for row in pred for s in (row["chosen"], row["rejected"])]
+    rt = H.roundtrip_report(sides, fmt, strict=True)  # DECISIONS 3
+    if fmt == "openai":
+        H.d2_compact_arguments(pred, sides=("chosen", "rejected"))  # DECISIONS 2
+    pred = H.d1_nonfinite_to_null(pred)  # DECISIONS 1
+
+    rep = dict(r.report)
+    rep["tool_call_roundtrip"] = rt
+    # DECISIONS 12: the leak check over the exported pairs: chosen sides gate, rejected sides are counted
+    chosen_leaks = leak_subset(ref.leak_report([H.deep(p["chosen"]) for p in kept]))
+    rejected_quoting = sum(ref.leak_report([H.deep(p["rejected"])])["n_leaked"] for p in kept)
+    rep["privileged_leaks"] = dict(chosen_leaks, rejected_quoting=rejected_quoting)
+    warnings = list(rep.pop("warnings", []))
+
+    expected_error = None
+    if validate:
+        if rt["invalid"]:
+            expected_error = "tool_call_roundtrip_invalid"
+        elif chosen_leaks["n_leaked"]:
+            expected_error = "privileged_leak"  # DECISIONS 12
+        elif not pred:
+            expected_error = "no_preference_pairs"
+    if expected_error is not None:
+        assert o.error is not None, f"ours exported where {expected_error} is predicted\n{ctx}"
+        assert isinstance(o.error, ValueError), "DECISIONS 14"
+        assert H.leading_token(o.error) == expected_error, f"DECISIONS 14: got {o.error}\n{ctx}"
+        if expected_error != "no_preference_pairs":
+            er = getattr(o.error, "report", None)
+            assert isinstance(er, dict), "DECISIONS 14: gate errors carry the report"
+            H.assert_same(rt, er["tool_call_roundtrip"], "error.report tool_call_roundtrip", ctx)
+            H.assert_same(rep["privileged_leaks"], er["privileged_leaks"], "error.report privileged_leaks", ctx)
+        assert o.rows is None, "nothing may be written when a gate refuses"
+        event(f"outcome: refused ({expected_error})")
+        return "refused"
+    assert o.error is None, f"ours raised {o.error!r}\n{ctx}"
+    event(f"outcome: exported {min(len(pred), 3)}{'+' if len(pred) >= 3 else ''} pairs")
+    if rejected_quoting:
+        event("rejected side quotes its privileged context")
+    if rep.get("ties_dropped"):
+        event("ties dropped")
+
+    if pred:
+        our_rows = H.assert_d1_file_encoding(o.raw)
+        H.assert_same(pred, our_rows, "exported pairs", ctx)
+        H.assert_key_order(pred, our_rows)
+    else:
+        assert o.rows is None, "no pairs left: nothing is written (spec 7.3 step 9)"
+
+    ours_rep = H.pop_d15_d6(o.report, rows_read=sum(isinstance(p, dict) for p in pairs), written=o.raw,
+                            path_source=None, sp_source="argument" if system_prompt is not None else "none",
+                            tools_source="argument" if tools is not None else "none")
+    if pred:
+        # DECISIONS 15 ("rows written"): export_preference has no n_written in the spec; ours adds it.
+        assert ours_rep.pop("n_written") == len(pred), "DECISIONS 15: n_written"
+        rep["path"] = str(our_out)
+    our_warnings = list(ours_rep.pop("warnings", []))
+    rest, extra = _split_extra_warnings(our_warnings, {"d12_chosen": D12_CHOSEN, "d12_rejected": D12_REJECTED,
+                                                       "d6_tools": D6_NO_TOOLS, "d6_system": D6_NO_SYSTEM})
+    exp_extra = set()
+    if chosen_leaks["n_leaked"]:
+        exp_extra.add("d12_chosen")
+    if rejected_quoting:
+        exp_extra.add("d12_rejected")
+    with_calls = sum(1 for row in pred if any(m.get("tool_calls") for m in row["chosen"] + row["rejected"]))
+    # DECISIONS 6 warnings are checked by test_d6_preference_warns_without_tools_or_system; here they
+    # are only required to be right when present.
+    for name, cond in (("d6_tools", with_calls and not tools), ("d6_system", with_calls and not system)):
+        if name in extra:
+            assert cond, f"unexpected {name} warning"
+            exp_extra.add(name)
+    assert set(extra) == exp_extra, f"DECISIONS 12 warnings: expected {sorted(exp_extra)}, got {our_warnings}\n{ctx}"
+    if "d12_chosen" in extra:
+        assert extra["d12_chosen"].groups() == (str(chosen_leaks["n_leaked"]), str(chosen_leaks["n_checked"]))
+    if "d12_rejected" in extra:
+        assert extra["d12_rejected"].group(1) == str(rejected_quoting)
+    assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
+    unexplained = {k: ours_rep.pop(k) for k in list(ours_rep) if k not in rep}
+    H.assert_same(H.nan_safe(rep), H.nan_safe(ours_rep), "preference report", ctx)
+    assert not unexplained, f"export_preference report keys no DECISIONS point explains: {unexplained}"
+    return "ok"

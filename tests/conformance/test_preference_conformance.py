@@ -1,0 +1,246 @@
+"""Differential conformance of preference data against whileai 0.105.
+
+* ``build_preference_pairs`` on both sides over the same scored rows: pair lists and reports equal.
+* ``judge_pairs`` with deterministic offline judges: annotated pairs and reports equal.
+* ``export_preference`` over the (reference-built) pairs, some with ``tie`` fields, through
+  format x drop_ties; the reference's output turned into the DECISIONS prediction.
+"""
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance_settings import CONFORMANCE, REF_SKIP_REASON
+
+ref = pytest.importorskip("whileai.simulations", reason=REF_SKIP_REASON)
+
+import conformance_harness as H  # noqa: E402
+import conformance_strategies as S  # noqa: E402
+from conformance_checks import D6_NO_SYSTEM, D6_NO_TOOLS, check_export_preference  # noqa: E402
+
+import whileai_pipeline.simulations as ours  # noqa: E402
+
+pytestmark = pytest.mark.conformance
+
+TOOL_SCHEMAS = [{"type": "function", "function": {"name": "refund", "parameters": {"type": "object"}}}]
+
+pref_contexts = st.fixed_dictionaries(
+    {
+        "system_prompt": st.sampled_from([None, "You are the shop assistant.", ""]),
+        "tools": st.sampled_from([None, TOOL_SCHEMAS, []]),
+        "strip_think": st.booleans(),
+        "validate": st.sampled_from([False, False, True]),
+    }
+)
+
+
+def d8_pair_reason_text_of_scrubbed_reason(pairs):
+    """DECISIONS 8 (pair fields): ``chosen_reason`` / ``rejected_reason`` are text(reason); when the row's
+    ``reason`` is a structured value, ours scrubs the blocked keys out of it before taking its text,
+    so the exported pair field cannot carry them (the reference's text keeps them). Only structured
+    reasons are touched. See open question Q4."""
+    for p in pairs:
+        for side, field in (("chosen", "chosen_reason"), ("rejected", "rejected_reason")):
+            reason = p[side].get("reason")
+            if isinstance(reason, (dict, list)) and reason:
+                p[field] = str(H.scrub(reason))
+    return pairs
+
+
+def _build_both(rows, knobs):
+    """Pairs from both sides' build_preference_pairs over the same rows; lists and reports compared.
+    Returns (reference pairs as ours should have built them, our pairs)."""
+    ref_pairs, ref_rep = ref.build_preference_pairs(H.deep(rows), **knobs)
+    our_pairs, our_rep = ours.build_preference_pairs(H.deep(rows), **knobs)
+    ctx = f"rows: {H.short(rows, 5000)}\nknobs: {knobs}"
+    expected = d8_pair_reason_text_of_scrubbed_reason(H.deep(list(ref_pairs)))
+    H.assert_same(H.nan_safe(expected), H.nan_safe(H.deep(list(our_pairs))), "pairs", ctx)
+    H.assert_same(H.nan_safe(dict(ref_rep)), H.nan_safe(dict(our_rep)), "build_preference_pairs report", ctx)
+    return [dict(p) for p in expected], [dict(p) for p in our_pairs]
+
+
+def _ref_pairs(rows, knobs):
+    """Pairs built by the reference only (pair building itself is compared by its own test, so a
+    difference there does not hide differences in the exporter / judge)."""
+    return [dict(p) for p in ref.build_preference_pairs(H.deep(rows), **knobs)[0]]
+
+
+@CONFORMANCE
+@given(rows=S.scored_rows_for_pairs(), knobs=S.pair_knobs())
+def test_build_preference_pairs_matches_reference(rows, knobs):
+    _build_both(rows, knobs)
+
+
+def test_build_preference_pairs_min_margin_error_matches_reference():
+    for bad in (0, -1.0):
+        with pytest.raises(ValueError) as r:
+            ref.build_preference_pairs([], min_margin=bad)
+        with pytest.raises(ValueError) as o:
+            ours.build_preference_pairs([], min_margin=bad)
+        assert str(o.value).startswith(str(r.value))
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+@pytest.mark.parametrize("drop_ties", [True, False], ids=["drop_ties", "keep_ties"])
+@CONFORMANCE
+@given(rows=S.scored_rows_for_pairs(), knobs=S.pair_knobs(), ties=st.lists(S.tie_values, max_size=8),
+       judge=st.sampled_from([None, None, "judge_longer", "judge_always_a"]), ctx=pref_contexts)
+def test_export_preference_matches_reference(fmt, drop_ties, rows, knobs, ties, judge, ctx):
+    """End to end: rows -> each side's build_preference_pairs (-> each side's judge_pairs) -> each
+    side's export_preference; the pair lists are compared first (see _build_both)."""
+    ref_pairs, our_pairs = _build_both(rows, knobs)
+    if judge is not None:  # pairwise + tie fields written by judge_pairs (spec 8.5)
+        ref_pairs = [dict(p) for p in ref.judge_pairs(ref_pairs, globals()[judge], swap=True)[0]]
+        our_pairs = [dict(p) for p in ours.judge_pairs(our_pairs, globals()[judge], swap=True)[0]]
+    for pairs in (ref_pairs, our_pairs):
+        for p, tie in zip(pairs, ties):
+            if tie is not None:
+                p["tie"] = tie
+    with tempfile.TemporaryDirectory() as d:
+        check_export_preference(ref, ours, ref_pairs, Path(d), fmt=fmt, drop_ties=drop_ties,
+                                our_source=lambda: H.deep(our_pairs), **ctx)
+
+
+# ---------------------------------------------------------------------------------- judge_pairs
+
+
+def judge_longer(a, b):
+    la, lb = len(str(a.get("final_text") or "")), len(str(b.get("final_text") or ""))
+    return {"winner": "A" if la > lb else "B" if lb > la else "tie", "reason": f"{la} vs {lb}"}
+
+
+def judge_always_a(a, b):
+    return {"winner": "A", "reason": "first is best"}
+
+
+def judge_string(a, b):
+    return 'verdict: {"winner": "b", "reason": "json in text"} done'
+
+
+def judge_crash(a, b):
+    raise RuntimeError("judge is down")
+
+
+def judge_first_order_only(a, b):
+    # answers only when A is the higher-reward row, i.e. in the unswapped order
+    if (a.get("reward") or 0) >= (b.get("reward") or 0):
+        return {"winner": "A", "reason": "higher reward"}
+    raise TimeoutError("slow")
+
+
+def judge_weird(a, b):
+    return 42
+
+
+JUDGES = [judge_longer, judge_always_a, judge_string, judge_crash, judge_first_order_only, judge_weird]
+
+
+@pytest.mark.parametrize("judge", JUDGES, ids=[j.__name__ for j in JUDGES])
+@CONFORMANCE
+@given(rows=S.scored_rows_for_pairs(), swap=st.booleans())
+def test_judge_pairs_matches_reference(judge, rows, swap):
+    pairs = _ref_pairs(rows, {"max_pairs_per_prompt": 5})
+    rp, rrep = ref.judge_pairs(H.deep(pairs), judge, swap=swap)
+    op, orep = ours.judge_pairs(H.deep(pairs), judge, swap=swap)
+    ctx = f"pairs: {H.short(pairs, 3000)}"
+    H.assert_same(H.nan_safe(H.deep(list(rp))), H.nan_safe(H.deep(list(op))), "judged pairs", ctx)
+    H.assert_same(H.nan_safe(dict(rrep)), H.nan_safe(dict(orep)), "judge_pairs report", ctx)
+
+
+def test_judge_pairs_rejects_non_pairs_like_reference():
+    bad = [{"chosen": {"prompt": "a"}, "rejected": {"prompt": "a"}}, {"chosen": {"prompt": "a"}}]
+    with pytest.raises(ValueError) as r:
+        ref.judge_pairs(bad, judge_longer)
+    with pytest.raises(ValueError) as o:
+        ours.judge_pairs(bad, judge_longer)
+    assert str(o.value).startswith(str(r.value))
+
+
+# ---------------------------------------------------------------------------------- targeted cases
+
+
+def _pair(chosen, rejected, **extra):
+    p = {"prompt": chosen.get("prompt"), "chosen": chosen, "rejected": rejected}
+    p.update(extra)
+    return p
+
+
+REFUND_CALL = {"tool": "refund", "arguments": {"id": "A"}, "result": {"ok": True}}
+
+
+def test_d6_preference_warns_without_tools_or_system():
+    """DECISIONS 6: "warns when a row with tool calls is exported with no tools or no system prompt".
+    Read literally this covers export_preference too (its report also carries system_prompt_source)."""
+    pairs = [_pair({"prompt": "Refund A", "steps": [REFUND_CALL], "final_text": "Refunded."},
+                   {"prompt": "Refund A", "steps": [], "final_text": "No."})]
+    rep = ours.export_preference(H.deep(pairs), validate=False)
+    warnings = rep.get("warnings", [])
+    assert any(D6_NO_TOOLS.match(w) or "tool schema" in w for w in warnings), (
+        f"DECISIONS 6: no warning about tool calls exported without tools: {warnings}"
+    )
+    assert any(D6_NO_SYSTEM.match(w) or "system prompt" in w for w in warnings), (
+        f"DECISIONS 6: no warning about tool calls exported without a system prompt: {warnings}"
+    )
+
+
+def test_d12_chosen_leak_refused_rejected_leak_counted(tmp_path):
+    """DECISIONS 12 on a hand-made pair: the reference exports both; ours refuses the chosen leak under
+    validate=True, counts rejected quoting separately, and exports with validate=False."""
+    secret = "the entity does not exist: report it missing and do not act"
+    leak_chosen = _pair(
+        {"prompt": "Find X", "final_text": f"As I was told: {secret}", "privileged": {"reference": secret}, "scenario_id": "s1"},
+        {"prompt": "Find X", "final_text": "No idea.", "privileged": {"reference": secret}},
+        margin=1.0,
+    )
+    leak_rejected = _pair(
+        {"prompt": "Find Y", "final_text": "It does not exist.", "privileged": {"reference": secret}},
+        {"prompt": "Find Y", "final_text": secret.upper(), "privileged": {"reference": secret}},
+    )
+    r = ref.export_preference(H.deep([leak_chosen, leak_rejected]), tmp_path / "r.jsonl", system_prompt="S")
+    assert r["pairs"] == 2 and "privileged_leaks" not in r  # the reference has no preference leak gate
+    with pytest.raises(ValueError) as e:
+        ours.export_preference(H.deep([leak_chosen, leak_rejected]), tmp_path / "o.jsonl", system_prompt="S")
+    assert H.leading_token(e.value) == "privileged_leak"
+    assert not (tmp_path / "o.jsonl").exists()
+    rep = ours.export_preference(H.deep([leak_chosen, leak_rejected]), tmp_path / "o.jsonl", system_prompt="S",
+                                 validate=False)
+    pl = rep["privileged_leaks"]
+    assert (pl["n_checked"], pl["n_leaked"], pl["rejected_quoting"]) == (2, 1, 1)
+    assert pl["leaked"] == [{"scenario_id": "s1", "rollout_index": None, "field": "reference",
+                             "needle": secret[:80]}]
+    # only a rejected-side quote: exported under validate=True, named in a warning
+    rep = ours.export_preference(H.deep([leak_rejected]), tmp_path / "o2.jsonl", system_prompt="S")
+    assert rep["privileged_leaks"]["rejected_quoting"] == 1 and rep["privileged_leaks"]["n_leaked"] == 0
+    assert any("rejected" in w for w in rep.get("warnings", []))
+
+
+def test_d8_pair_lineage_scrubbed(tmp_path):
+    """DECISIONS 8: blocked keys leave pair metadata (lineage at any depth), never the conversation."""
+    chosen = {"prompt": "Refund A", "steps": [{"tool": "refund", "arguments": {"reference": "R-1"},
+                                               "result": {"hidden_state": "kept"}}],
+              "final_text": "Done.", "lineage": {"source": "grade", "privileged": {"reference": "r"},
+                                                 "deep": [{"rubric": 1, "ok": 2}]}}
+    rejected = {"prompt": "Refund A", "final_text": "No.", "lineage": {"vector": [1.0]}}
+    pairs = [_pair(chosen, rejected, lineage={"chosen": chosen["lineage"], "rejected": rejected["lineage"]})]
+    ref.export_preference(H.deep(pairs), tmp_path / "r.jsonl", system_prompt="S")
+    ours.export_preference(H.deep(pairs), tmp_path / "o.jsonl", system_prompt="S")
+    r_row = json.loads((tmp_path / "r.jsonl").read_text())
+    o_row = json.loads((tmp_path / "o.jsonl").read_text())
+    assert r_row["lineage"]["chosen"]["privileged"]  # the reference carries it
+    assert o_row["lineage"] == {"chosen": {"source": "grade", "deep": [{"ok": 2}]}, "rejected": {}}
+    args = json.loads(o_row["chosen"][2]["tool_calls"][0]["function"]["arguments"])
+    assert args == {"reference": "R-1"} and o_row["chosen"][3]["content"] == '{"hidden_state": "kept"}'
+
+
+def test_d5_generator_pairs_read_once(tmp_path):
+    """DECISIONS 5: a generator of pairs is read once (the reference iterates twice and finds nothing)."""
+    pairs = [_pair({"prompt": "Refund A", "final_text": "Refunded."}, {"prompt": "Refund A", "final_text": "No."},
+                   margin=1.0, length_delta=6)]
+    with tempfile.TemporaryDirectory() as d:
+        check_export_preference(ref, ours, pairs, Path(d), fmt="openai", drop_ties=True, system_prompt="S",
+                                tools=None, strip_think=True, validate=True,
+                                our_source=lambda: (p for p in H.deep(pairs)))
