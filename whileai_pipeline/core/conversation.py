@@ -3,8 +3,11 @@
 from .text import pyjson, text
 
 
-def conversation(row) -> list:
-    """Messages in the loose shape: tool calls as ``{"name", "arguments"}``, tool results as text."""
+def conversation(row, tool_text=True) -> list:
+    """Messages in the loose shape: tool calls as ``{"name", "arguments"}``, tool results as text.
+
+    ``tool_text=False`` leaves tool results empty, for callers that only read what the agent said.
+    """
     messages = []
     opener = text(row.get("opener") or "")
     if opener:
@@ -32,7 +35,7 @@ def conversation(row) -> list:
             messages.append({
                 "role": "tool",
                 "name": tool,
-                "content": result if isinstance(result, str) else pyjson(result),
+                "content": result if isinstance(result, str) else (pyjson(result) if tool_text else ""),
             })
         elif spoken:
             messages.append({"role": "assistant", "content": spoken})

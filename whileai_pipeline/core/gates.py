@@ -4,6 +4,8 @@ Both gates are built as accumulators (``add`` one row at a time, ``report()`` at
 exporters can run them inside their single streaming pass; the list functions wrap them.
 """
 
+import orjson
+
 from .conversation import conversation
 from .text import normalize, text
 from .wire import arguments_are_structured
@@ -32,26 +34,37 @@ def check_format(format):
 
 def scrub(value):
     """Remove blocked keys at any depth (DECISIONS 8). Untouched containers keep their identity."""
-    if isinstance(value, dict):
+    kind = type(value)
+    if kind is dict or isinstance(value, dict):
         out = None
-        for key, item in value.items():
-            if key in BLOCKED_KEYS:
-                if out is None:
-                    out = {k: v for k, v in value.items()}
-                del out[key]
+        if not BLOCKED_KEYS.isdisjoint(value):
+            out = {k: v for k, v in value.items() if k not in BLOCKED_KEYS}
+        for key, item in (out if out is not None else value).items():
+            if type(item) in _SCALARS:
                 continue
             new = scrub(item)
             if new is not item:
                 if out is None:
-                    out = {k: v for k, v in value.items()}
+                    out = dict(value)
                 out[key] = new
         return value if out is None else out
-    if isinstance(value, (list, tuple)):
-        new_items = [scrub(item) for item in value]
-        if all(a is b for a, b in zip(new_items, value)):
+    if kind is list or kind is tuple or isinstance(value, (list, tuple)):
+        new_items = None
+        for i, item in enumerate(value):
+            if type(item) in _SCALARS:
+                continue
+            new = scrub(item)
+            if new is not item:
+                if new_items is None:
+                    new_items = list(value)
+                new_items[i] = new
+        if new_items is None:
             return value
         return type(value)(new_items) if isinstance(value, tuple) else new_items
     return value
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 # ---------------------------------------------------------------- round-trip gate
@@ -126,6 +139,24 @@ def leak_needles(row, min_len=LEAK_MIN_QUOTE_CHARS):
     privileged = row.get("privileged")
     if not isinstance(privileged, dict):
         return []
+    try:  # the rollouts of one scenario share their privileged block: build its needles once
+        key = (min_len, orjson.dumps(privileged, option=orjson.OPT_NON_STR_KEYS))
+    except (orjson.JSONEncodeError, TypeError):
+        return _needles(privileged, min_len)
+    needles = _NEEDLE_CACHE.get(key)
+    if needles is None:
+        needles = _needles(privileged, min_len)
+        if len(_NEEDLE_CACHE) >= _NEEDLE_CACHE_SIZE:
+            _NEEDLE_CACHE.pop(next(iter(_NEEDLE_CACHE)))
+        _NEEDLE_CACHE[key] = needles
+    return needles
+
+
+_NEEDLE_CACHE = {}
+_NEEDLE_CACHE_SIZE = 256
+
+
+def _needles(privileged, min_len):
     needles = []
 
     def walk(value, path):

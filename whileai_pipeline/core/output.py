@@ -1,12 +1,13 @@
 """Where an export goes: the destination name, the source guard, and the file rows are spooled to."""
 
 import contextlib
+import hashlib
 import os
 import time
 from pathlib import Path
 
 from .errors import OutputIsSourceError, WriteFailedError
-from .jsonl import atomic_file, sha256_file, splice, temp_beside
+from .jsonl import atomic_file, splice, temp_beside
 
 
 def destination(output, source_path):
@@ -44,6 +45,7 @@ class Spool:
         self.dest = dest
         self.fh = None
         self.has_tail = False
+        self.sha256 = hashlib.sha256()  # of the final bytes, taken as they are written (no re-read)
         if dest is not None:
             try:
                 dest.parent.mkdir(parents=True, exist_ok=True)
@@ -63,12 +65,14 @@ class Spool:
 
     def _write(self, body, tail, suffix):
         if suffix is not None:
-            self.fh.write(splice(body, suffix, tail) + b"\n")
+            line = splice(body, suffix, tail) + b"\n"
         elif tail:
             self.has_tail = True
-            self.fh.write(body + b"\t" + tail + b"\n")
+            line = body + b"\t" + tail + b"\n"
         else:
-            self.fh.write(body + b"\n")
+            line = body + b"\n"
+        self.sha256.update(line)
+        self.fh.write(line)
 
     def part_prefix(self):
         """A name prefix for worker part files, beside the spool (same directory, same filesystem)."""
@@ -76,10 +80,12 @@ class Spool:
 
     def append_part(self, part):
         """Append a worker's finished lines (a part file) to the output, then delete the part."""
-        from .parallel import append_file
-
         try:
-            append_file(self.fh, part)
+            with open(part, "rb") as src:
+                while block := src.read(1 << 20):
+                    self.sha256.update(block)
+                    self.fh.write(block)
+            os.unlink(part)
         except OSError as exc:
             raise WriteFailedError(self.dest, exc) from exc
 
@@ -102,11 +108,14 @@ class Spool:
         self.fh = None
         try:
             if self.has_tail or suffix_of_row is not None:
+                self.sha256 = hashlib.sha256()
                 with atomic_file(self.dest) as out, open(self.tmp, "rb") as spool:
                     for i, line in enumerate(spool):
                         body, _, tail = line[:-1].partition(b"\t")
                         suffix = suffix_of_row(i) if suffix_of_row is not None else b""
-                        out.write(splice(body, suffix, tail) + b"\n")
+                        line = splice(body, suffix, tail) + b"\n"
+                        self.sha256.update(line)
+                        out.write(line)
             else:
                 with open(self.tmp, "rb+") as fh:
                     os.fsync(fh.fileno())
@@ -114,7 +123,7 @@ class Spool:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.tmp)
-        return sha256_file(self.dest)
+        return self.sha256.hexdigest()
 
 
 def finish(report, started):

@@ -57,7 +57,7 @@ def reply_length(row) -> int:
     """Characters the agent said: assistant turns plus a final_text that is not already the last turn."""
     messages = row.get("messages")
     if not (isinstance(messages, list) and messages):
-        messages = conversation(row)
+        messages = conversation(row, tool_text=False)  # tool output is not counted
     total = 0
     last = None
     for message in messages:

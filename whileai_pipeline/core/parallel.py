@@ -3,7 +3,7 @@
 A JSONL file is cut into chunks of whole lines (byte ranges). Each worker reads its own range,
 computes every row's outcome, writes the finished output lines of its chunk to a part file beside
 the destination, and sends back only the small per-row facts. The parent adds the facts up in
-source order and appends each part to the output with a kernel-side copy, so neither input nor
+source order and appends each part to the output (hashing it on the way), so neither input nor
 output bytes cross a pipe and the result is the same bytes as the one-process path.
 """
 
@@ -11,7 +11,6 @@ import concurrent.futures as cf
 import contextlib
 import multiprocessing
 import os
-import shutil
 from dataclasses import dataclass
 
 from .jsonl import _BLANK, parse_line, splice
@@ -104,25 +103,6 @@ def _work(path, chunk, fn, plan, part):
     if out is not None:
         out.close()
     return outcomes
-
-
-def append_file(dst_fh, part):
-    """Append ``part`` to an open binary file (kernel-side copy where the OS has one) and delete it."""
-    dst_fh.flush()
-    with open(part, "rb") as src:
-        size = os.fstat(src.fileno()).st_size
-        copied = 0
-        try:
-            while copied < size:
-                n = os.copy_file_range(src.fileno(), dst_fh.fileno(), size - copied)
-                if n == 0:
-                    break
-                copied += n
-        except (AttributeError, OSError):
-            src.seek(copied)
-            dst_fh.seek(0, os.SEEK_END)
-            shutil.copyfileobj(src, dst_fh, 1 << 20)
-    os.unlink(part)
 
 
 def parallel_outcomes(path, chunks, fn, plan, workers, part_prefix=None):

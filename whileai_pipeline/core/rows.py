@@ -18,6 +18,10 @@ CARRIED_KEYS = (
     "user_model", "usage", "tier", "ask_family", "ask", "stance", "tone", "texture", "vagueness",
     "phrasing", "pressure", "user", "history", "length", "intent_known", "tool_known",
 )
+_CARRIED = frozenset(CARRIED_KEYS)
+_CARRIED_ORDER = {key: i for i, key in enumerate(CARRIED_KEYS)}
+
+
 def stamp(row):
     if isinstance(row, dict) and SCHEMA_KEY not in row:
         row[SCHEMA_KEY] = SCHEMA_VERSION
@@ -42,8 +46,9 @@ def convert_row(raw, system, tools, strip_think, mask_mode, unroll, cap, rebuilt
     entry["loss_mask"] = loss_mask(wire, mode=mask_mode)
     if tools:
         entry["tools"] = list(tools)
-    for key in CARRIED_KEYS:
-        value = row.get(key)
+    present = _CARRIED.intersection(row)
+    for key in sorted(present, key=_CARRIED_ORDER.__getitem__) if len(present) > 1 else present:
+        value = row[key]
         if value is not None:
             entry[key] = scrub(value)
     if unroll:
