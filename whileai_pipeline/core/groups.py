@@ -43,7 +43,7 @@ class GroupStats:
     def __init__(self):
         self._index = {}
         self._ids = []
-        self._row_group = array.array("q")
+        self._row_group = array.array("i")
         self._row_reward = array.array("d")
         self._counts = []
         self._fields = None
@@ -75,14 +75,27 @@ class GroupStats:
 
     @property
     def n_groups(self) -> int:
-        return len(self._ids) if self.active else 0
+        return len(self._counts) if self.active else 0
+
+    def release(self) -> None:
+        """Drop the per-row summaries and per-group dicts once the caller holds the fields it needs.
+
+        Keeps what ``active``/``n_groups`` read; ``add``/``finish`` must not be called afterwards.
+        """
+        self._index = self._ids = self._fields = None
+        self._row_group = self._row_reward = None
 
     def finish(self) -> list:
         """Per-group field dicts (computed once, in row order, as the reference sums them)."""
-        if self._fields is not None:
-            return self._fields
+        if self._fields is None:
+            self._fields = list(self.iter_fields())
+        return self._fields
+
+    def iter_fields(self):
+        """The group fields of each group in turn; compact arrays, so the peak stays small."""
         n = len(self._ids)
-        sums, counts, n0, n1 = [0.0] * n, [0] * n, [0] * n, [0] * n
+        sums, sq = array.array("d", bytes(8 * n)), array.array("d", bytes(8 * n))
+        counts, n0, n1 = (array.array("i", bytes(4 * n)) for _ in range(3))
         for g, r in zip(self._row_group, self._row_reward):
             if g < 0 or math.isnan(r):
                 continue
@@ -92,23 +105,21 @@ class GroupStats:
                 n0[g] += 1
             elif r > PASS_THRESHOLD:
                 n1[g] += 1
-        means = [sums[g] / counts[g] if counts[g] else None for g in range(n)]
-        sq = [0.0] * n
+        means = array.array("d", (sums[g] / counts[g] if counts[g] else math.nan for g in range(n)))
+        del sums
         for g, r in zip(self._row_group, self._row_reward):
             if g >= 0 and not math.isnan(r):
                 sq[g] += (r - means[g]) ** 2
-        self._fields = [
-            {
+        for g in range(n):
+            graded = counts[g]
+            yield {
                 "group_id": self._ids[g],
                 "k": self._counts[g],
                 "n0": n0[g],
                 "n1": n1[g],
-                "reward_mean": means[g],
-                "reward_std": math.sqrt(sq[g] / counts[g]) if counts[g] else None,
+                "reward_mean": means[g] if graded else None,
+                "reward_std": math.sqrt(sq[g] / graded) if graded else None,
             }
-            for g in range(n)
-        ]
-        return self._fields
 
     def row_group(self, i) -> int:
         return self._row_group[i]

@@ -167,7 +167,7 @@ class _Prescan:
 
     def __init__(self, rows=None, path=None, hasher=None, chunk_bytes=None):
         self.groups = GroupStats()
-        self.row_group = array.array("q")
+        self.row_group = array.array("i")
         self.chunks = []  # (start byte, end byte, first line, first row, rows)
         if path is not None:
             self._scan_file(path, hasher, chunk_bytes)
@@ -176,7 +176,8 @@ class _Prescan:
                 self._add(raw)
         self._suffixes = None
         if self.groups.active:
-            self._suffixes = [b"," + dumps(f)[1:-1] for f in self.groups.finish()]
+            self._suffixes = [b"," + dumps(f)[1:-1] for f in self.groups.iter_fields()]
+        self.groups.release()  # from here on only the suffix bytes and this row -> group array count
 
     def _add(self, raw):
         if isinstance(raw, dict):
