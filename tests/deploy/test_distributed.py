@@ -89,7 +89,7 @@ def test_chain_for_two_runs_on_celery_workers_is_byte_identical_to_in_process(
                               "checks": check_results(result)}
     expected = {part: tree_bytes(root / part) for part in ("published", "stages")}
     assert len(expected["published"]) == 16  # 2 runs x (sft, dpo) x (openai, trl) x (data, report)
-    for part in ("published", "stages", "rejected"):
+    for part in ("published", "stages", "rejected", "locks"):
         shutil.rmtree(root / part, ignore_errors=True)
     assert sorted(p.name for p in root.iterdir()) == ["inbox"]
 
@@ -136,7 +136,7 @@ def test_chain_for_two_runs_on_celery_workers_is_byte_identical_to_in_process(
             assert out["success"], procs.logs()
 
             steps = {e.step_key for e in out["events"] if e.event_type_value == "STEP_START"}
-            assert len(steps) == 9  # five assets, four checks
+            assert len(steps) == 11  # five assets, four gate checks, two consumer_format checks
             delegated = {}
             for e in out["events"]:
                 data = e.event_specific_data

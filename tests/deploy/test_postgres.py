@@ -148,8 +148,9 @@ def test_runs_partitions_materializations_and_checks_live_in_postgres(tmp_path, 
         assert dict(cur.fetchall()) == {good: 5, bad: 5}
         cur.execute("SELECT run_id, execution_status, count(*) FROM asset_check_executions "
                     "GROUP BY run_id, execution_status")
+        # per run: 2 gates x 2 exports, plus the non-blocking consumer_format check on each export
         assert {(run, status): n for run, status, n in cur.fetchall()} == {
-            (runs[good], "SUCCEEDED"): 4, (runs[bad], "SUCCEEDED"): 2, (runs[bad], "FAILED"): 2}
+            (runs[good], "SUCCEEDED"): 6, (runs[bad], "SUCCEEDED"): 4, (runs[bad], "FAILED"): 2}
 
 
 # ---------------------------------------------------------------------------------- the run queue
