@@ -1,8 +1,8 @@
 """Shared helpers for the spec section 9 edge-case tests (E1..E76).
 
 Every expected value in this directory is a hand-written literal taken from
-/work/shared/spec/EXPORT_SPEC.md (section 9 and the sections it points to) or,
-where it differs, /work/shared/spec/DECISIONS.md (which wins).
+the shared spec EXPORT_SPEC.md (section 9 and the sections it points to) or,
+where it differs, DECISIONS.md (which wins).
 """
 from __future__ import annotations
 

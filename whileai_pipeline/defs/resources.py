@@ -34,6 +34,7 @@ import dagster as dg
 from pydantic import Field
 
 from whileai_pipeline.core.jsonl import atomic_file, sha256_file
+from whileai_pipeline.core.runs import sidecar_path
 
 ENV_HOME = "WHILEAI_PIPELINE_HOME"
 ENV_LOCK_TIMEOUT = "WHILEAI_PIPELINE_LOCK_TIMEOUT"
@@ -71,12 +72,7 @@ def partition_key_for(path) -> str:
     return key[:200]
 
 
-def meta_path_for(run_path) -> Path:
-    """``x.jsonl`` -> ``x.meta.json`` (the reference's sidecar naming)."""
-    run_path = Path(run_path)
-    if run_path.name.endswith(RUN_SUFFIX):
-        return run_path.with_name(run_path.name[: -len(RUN_SUFFIX)] + META_SUFFIX)
-    return run_path.with_name(run_path.name + META_SUFFIX)
+meta_path_for = sidecar_path  # ``x.jsonl`` -> ``x.meta.json``: one naming rule, the library's
 
 
 def fingerprint(run_path, run_sha: Optional[str] = None) -> str:
