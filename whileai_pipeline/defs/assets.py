@@ -13,7 +13,6 @@ import functools
 import os
 
 import dagster as dg
-import orjson
 
 import whileai_pipeline.simulations as wai
 from whileai_pipeline.core.errors import BadJsonlError, ExportError
