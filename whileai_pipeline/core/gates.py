@@ -6,6 +6,7 @@ exporters can run them inside their single streaming pass; the list functions wr
 
 import orjson
 
+from .errors import ExportError
 from .conversation import conversation
 from .text import normalize, text
 from .wire import arguments_are_structured
@@ -27,7 +28,8 @@ FORMATS = ("openai", "trl")
 
 def check_format(format):
     if format not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS!r}, got {format!r}")
+        raise ExportError(f"format must be one of {FORMATS!r}, got {format!r}: pass format='openai' (chat-completions "
+                          "rows) or format='trl' (what TRL loads)")
 
 
 # ---------------------------------------------------------------- scrub

@@ -1,5 +1,6 @@
 """Which messages a trainer learns from: ``loss_mask`` and per-turn unrolling (spec 3.8, 3.10)."""
 
+from .errors import ExportError
 from .text import sha1_12, text
 
 MASK_MODES = ("assistant", "final")
@@ -7,7 +8,8 @@ MASK_MODES = ("assistant", "final")
 
 def check_mask_mode(mode):
     if mode not in MASK_MODES:
-        raise ValueError(f"mask_mode must be one of {MASK_MODES!r}, got {mode!r}")
+        raise ExportError(f"mask_mode must be one of {MASK_MODES!r}, got {mode!r}: 'assistant' trains every "
+                          "assistant turn, 'final' only the last one")
 
 
 def loss_mask(messages, *, mode="assistant"):

@@ -5,6 +5,7 @@ objects, not JSON strings. TRL's SFTTrainer reads no per-message mask: a row res
 must be a prompt/completion row.
 """
 
+from .errors import ExportError
 from .wire import decode_arguments
 
 KINDS = ("training", "preference", "completion")
@@ -109,7 +110,8 @@ def trl_preference_row(row):
 def to_trl(rows, kind="training"):
     """Reshape exported rows for TRL; ``kind`` is training, completion or preference."""
     if kind not in KINDS:
-        raise ValueError(f"kind must be 'training' or 'preference', got {kind!r}")
+        raise ExportError(f"kind must be 'training' or 'preference', got {kind!r}: 'training' reshapes SFT rows, "
+                          "'preference' chosen/rejected pairs ('completion' gives prompt/completion SFT rows)")
     convert = {"training": trl_training_row, "completion": trl_completion_row,
                "preference": trl_preference_row}[kind]
     out = []
