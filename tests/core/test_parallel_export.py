@@ -3,6 +3,7 @@
 import hashlib
 import random
 
+import orjson
 import pytest
 
 import whileai_pipeline.simulations as wai
@@ -10,18 +11,19 @@ from whileai_pipeline.core import parallel
 from whileai_pipeline.core.jsonl import dumps
 
 
-def _run(path, n=240, seed=3):
+def _run(path, n=240, seed=3, interleave=False, bad_arguments=True):
     rnd = random.Random(seed)
     with open(path, "wb") as fh:
         for i in range(n):
             steps = []
             for _ in range(rnd.randint(1, 5)):
                 if rnd.random() < 0.5:
-                    steps.append({"tool": "lookup", "arguments": rnd.choice([{"id": i}, '{"id": 1}', "{bad"]),
+                    steps.append({"tool": "lookup", "arguments": rnd.choice([{"id": i}, '{"id": 1}', "{bad" if bad_arguments else {}]),
                                   "result": "x" * rnd.randint(0, 300)})
                 else:
                     steps.append({"text": rnd.choice(["<think>h</think>ok", "fine", "  "])})
-            row = {"prompt": f"p{i // 5}", "steps": steps, "final_text": "done", "scenario_id": f"s{i // 5}",
+            task = i % 7 if interleave else i // 5  # interleaved: a group's rollouts are spread over the file
+            row = {"prompt": f"p{task}", "steps": steps, "final_text": "done", "scenario_id": f"s{task}",
                    "rollout_index": i % 5, "reward": rnd.choice([0, 1, 0.5, None]),
                    "privileged": {"reference": "a long hidden reference text"}}
             fh.write(dumps(row) + b"\n")
@@ -56,3 +58,40 @@ def test_bad_line_in_a_worker_names_file_and_line(tmp_path, monkeypatch):
         with pytest.raises(wai.BadJsonlError, match=rf"^bad_jsonl: {src}:81: "):
             wai.export_dataset(src, tmp_path / "out.jsonl", workers=2, **kwargs)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.jsonl"]
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+@pytest.mark.parametrize("interleave", [False, True])
+def test_every_source_kind_gives_the_same_bytes(tmp_path, monkeypatch, fmt, interleave):
+    """File with workers, file in one process, a list and a one-shot generator (the spliced spool path)."""
+    src = _run(tmp_path / "run.jsonl", interleave=interleave)
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
+    rows = [orjson.loads(line) for line in src.read_bytes().splitlines() if line.strip()]
+    opts = dict(format=fmt, validate=False)
+    outs = {}
+    for name, source, workers in (("two", src, 2), ("one", src, 1), ("list", rows, None),
+                                  ("generator", (r for r in rows), None)):
+        report = wai.export_dataset(source, tmp_path / f"{name}.jsonl", workers=workers, **opts)
+        outs[name] = (tmp_path / f"{name}.jsonl").read_bytes()
+        assert report["sha256"] == hashlib.sha256(outs[name]).hexdigest()
+        assert report["groups"] == (7 if interleave else 48)
+    assert outs["two"] == outs["one"] == outs["list"] == outs["generator"]
+    first = orjson.loads(outs["one"].split(b"\n")[0])
+    keys = list(first)
+    assert keys[keys.index("group_id"):keys.index("group_id") + 6] == ["group_id", "k", "n0", "n1", "reward_mean",
+                                                                       "reward_std"]
+    assert first["k"] == (35 if interleave else 5)
+
+
+def test_gate_failure_in_workers_leaves_no_part_files(tmp_path, monkeypatch):
+    src = _run(tmp_path / "run.jsonl", bad_arguments=False)
+    with open(src, "ab") as fh:
+        fh.write(dumps({"prompt": "p", "steps": [{"text": "the secret is a long hidden reference text"}],
+                        "scenario_id": "leak", "privileged": {"reference": "a long hidden reference text"}}) + b"\n")
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
+    (tmp_path / "out.jsonl").write_bytes(b"previous\n")
+    for fmt in ("openai", "trl"):
+        with pytest.raises(wai.PrivilegedLeakError):
+            wai.export_dataset(src, tmp_path / "out.jsonl", workers=2, format=fmt)
+    assert (tmp_path / "out.jsonl").read_bytes() == b"previous\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "run.jsonl"]

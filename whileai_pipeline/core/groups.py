@@ -1,7 +1,9 @@
 """Group stamping: rollouts of one task get shared reward statistics (spec 3.11).
 
-Kept as per-row summaries (a group index and a float per row) so a streaming export can stamp
-groups after one pass without holding rows.
+Kept as compact per-row summaries (a group index and a float per row, in typed arrays) and per-group
+counters, so a streaming export can stamp groups after one pass without holding rows. A task key is
+identified by the first 64 bits of its SHA-1 (``group_id`` is the first 48 of them, as the spec says):
+two different keys would have to share 64 bits of SHA-1 to be merged.
 """
 
 import array
@@ -30,111 +32,122 @@ def task_key(row) -> str:
 
 
 def row_summary(row):
-    """(SHA-1 digest of the task key, or None when empty; numeric reward, NaN when there is none)."""
+    """(64-bit SHA-1 prefix of the task key, or None when empty; numeric reward, NaN when there is none)."""
     key = task_key(row)
-    digest = hashlib.sha1(key.encode("utf-8", "surrogatepass")).digest() if key else None
+    digest = None
+    if key:
+        digest = int.from_bytes(hashlib.sha1(key.encode("utf-8", "surrogatepass")).digest()[:8], "big")
     reward = numeric_reward(row.get("reward"))
     return digest, (math.nan if reward is None else reward)
 
 
 class GroupStats:
-    """Accumulates (group, reward) per row; ``fields(i)`` gives row i's group fields or None."""
+    """Accumulates (group, reward) per row; after ``compute()``, ``fields(g)`` gives group g's fields."""
 
     def __init__(self):
-        self._index = {}
-        self._ids = []
+        self._index = {}  # task-key digest -> group index; the only per-group Python objects
+        self._keys = array.array("Q")
+        self._counts = array.array("i")
         self._row_group = array.array("i")
         self._row_reward = array.array("d")
-        self._counts = []
-        self._fields = None
+        self._table = None
+        self._repeats = False
 
     def add(self, row) -> int:
         """Record one row; returns its group index (-1 for rows with no task key)."""
         return self.add_summary(*row_summary(row))
 
     def add_summary(self, digest, reward) -> int:
-        """Record one row from ``row_summary``: (SHA-1 of its task key or None, numeric reward or NaN)."""
+        """Record one row from ``row_summary``: (digest of its task key or None, numeric reward or NaN)."""
         g = -1
-        if digest is None:
-            self._row_group.append(-1)
-        else:
+        if digest is not None:
             g = self._index.get(digest)
             if g is None:
-                g = self._index[digest] = len(self._ids)
-                self._ids.append(digest.hex()[:12])
+                g = self._index[digest] = len(self._keys)
+                self._keys.append(digest)
                 self._counts.append(0)
             self._counts[g] += 1
-            self._row_group.append(g)
+            self._repeats = self._repeats or self._counts[g] > 1
+        self._row_group.append(g)
         self._row_reward.append(reward)
         return g
 
     @property
     def active(self) -> bool:
         """Groups are stamped only when some task key repeats."""
-        return any(c > 1 for c in self._counts)
+        return self._repeats
+
+
+    def __len__(self) -> int:
+        """Groups seen so far (task keys that occurred at least once)."""
+        return len(self._keys)
 
     @property
     def n_groups(self) -> int:
         return len(self._counts) if self.active else 0
 
-    def release(self) -> None:
-        """Drop the per-row summaries and per-group dicts once the caller holds the fields it needs.
+    def row_group(self, i) -> int:
+        return self._row_group[i]
 
-        Keeps what ``active``/``n_groups`` read; ``add``/``finish`` must not be called afterwards.
+    def compute(self, keep_rows=False) -> None:
+        """Reduce the per-row summaries to per-group statistics, summed in row order as the reference does.
+
+        The index and the per-row rewards are dropped afterwards (the row -> group array too, unless
+        ``keep_rows``); only ``fields``, ``active`` and ``row_group`` may follow.
         """
-        self._index = self._ids = self._fields = None
-        self._row_group = self._row_reward = None
-
-    def finish(self) -> list:
-        """Per-group field dicts (computed once, in row order, as the reference sums them)."""
-        if self._fields is None:
-            self._fields = list(self.iter_fields())
-        return self._fields
-
-    def iter_fields(self):
-        """The group fields of each group in turn; compact arrays, so the peak stays small."""
-        n = len(self._ids)
+        if self._table is not None:
+            return
+        self._index = None
+        n = len(self._keys)
         sums, sq = array.array("d", bytes(8 * n)), array.array("d", bytes(8 * n))
-        counts, n0, n1 = (array.array("i", bytes(4 * n)) for _ in range(3))
+        graded, n0, n1 = (array.array("i", bytes(4 * n)) for _ in range(3))
         for g, r in zip(self._row_group, self._row_reward):
-            if g < 0 or math.isnan(r):
+            if g < 0 or r != r:
                 continue
             sums[g] += r
-            counts[g] += 1
+            graded[g] += 1
             if r < PASS_THRESHOLD:
                 n0[g] += 1
             elif r > PASS_THRESHOLD:
                 n1[g] += 1
-        means = array.array("d", (sums[g] / counts[g] if counts[g] else math.nan for g in range(n)))
-        del sums
-        for g, r in zip(self._row_group, self._row_reward):
-            if g >= 0 and not math.isnan(r):
-                sq[g] += (r - means[g]) ** 2
+        means = sums
         for g in range(n):
-            graded = counts[g]
-            yield {
-                "group_id": self._ids[g],
-                "k": self._counts[g],
-                "n0": n0[g],
-                "n1": n1[g],
-                "reward_mean": means[g] if graded else None,
-                "reward_std": math.sqrt(sq[g] / graded) if graded else None,
-            }
+            means[g] = sums[g] / graded[g] if graded[g] else math.nan
+        for g, r in zip(self._row_group, self._row_reward):
+            if g >= 0 and r == r:
+                sq[g] += (r - means[g]) ** 2
+        self._row_reward = None
+        if not keep_rows:
+            self._row_group = None
+        self._table = (graded, n0, n1, means, sq)
 
-    def row_group(self, i) -> int:
-        return self._row_group[i]
+    def fields(self, g) -> dict:
+        """Group ``g``'s fields, in the spec's key order."""
+        graded, n0, n1, means, sq = self._table
+        k = graded[g]
+        return {
+            "group_id": f"{self._keys[g] >> 16:012x}",
+            "k": self._counts[g],
+            "n0": n0[g],
+            "n1": n1[g],
+            "reward_mean": means[g] if k else None,
+            "reward_std": math.sqrt(sq[g] / k) if k else None,
+        }
+
+    def finish(self) -> list:
+        """Every group's fields, as a list (for in-memory row lists)."""
+        self.compute()
+        return [self.fields(g) for g in range(len(self._keys))]
 
 
 def stamp_groups(rows) -> int:
     """Stamp group fields onto a list of training rows in place; returns the number of groups."""
     stats = GroupStats()
-    for row in rows:
-        stats.add(row)
+    groups = [stats.add(row) for row in rows]
     if not stats.active:
         return 0
     fields = stats.finish()
-    for i, row in enumerate(rows):
-        g = stats.row_group(i)
+    for row, g in zip(rows, groups):
         if g >= 0:
             row.update(fields[g])
     return stats.n_groups

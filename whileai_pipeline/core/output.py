@@ -1,13 +1,14 @@
 """Where an export goes: the destination name, the source guard, and the file rows are spooled to."""
 
 import contextlib
+import glob
 import hashlib
 import os
 import time
 from pathlib import Path
 
 from .errors import OutputIsSourceError, WriteFailedError
-from .jsonl import atomic_file, splice, temp_beside
+from .jsonl import TMP_SUFFIX, atomic_file, splice, temp_beside
 
 
 def destination(output, source_path):
@@ -37,15 +38,18 @@ def refuse_source(dest, source_path):
 class Spool:
     """Serialized rows on their way to ``dest``: a temp file beside it, published only at the end.
 
-    A line may carry a tail (keys that must follow the group fields, e.g. TRL's ``prompt_text``)
-    after a tab; compact JSON never contains a raw tab, so the split is unambiguous.
+    With ``final_lines`` every line is written as it will be published, and hashed on the way. Without
+    it, a line's group fields are not known yet: ``publish`` splices them in at the end of each line,
+    in one streaming pass. A line may carry a tail (keys that must follow the group fields, e.g. TRL's
+    ``prompt_text``) after a tab; compact JSON never contains a raw tab, so the split is unambiguous.
     """
 
-    def __init__(self, dest):
+    def __init__(self, dest, final_lines=True):
         self.dest = dest
         self.fh = None
+        self.final_lines = final_lines
         self.has_tail = False
-        self.sha256 = hashlib.sha256()  # of the final bytes, taken as they are written (no re-read)
+        self.sha256 = hashlib.sha256()  # of final lines, taken as they are written (no re-read)
         if dest is not None:
             try:
                 dest.parent.mkdir(parents=True, exist_ok=True)
@@ -55,15 +59,10 @@ class Spool:
             self.fh = os.fdopen(fd, "wb", buffering=1 << 20)
 
     def write(self, body, tail=b"", suffix=None):
-        """Write one row; with ``suffix`` (its group fields, known from a pre-scan) the line is final."""
+        """Write one serialized row: final with ``suffix`` (its group fields, known from a pre-scan),
+        else with its tail (keys that go after the group fields) kept aside for ``publish``."""
         if self.fh is None:
             return
-        try:
-            self._write(body, tail, suffix)
-        except OSError as exc:
-            raise WriteFailedError(self.dest, exc) from exc
-
-    def _write(self, body, tail, suffix):
         if suffix is not None:
             line = splice(body, suffix, tail) + b"\n"
         elif tail:
@@ -71,15 +70,22 @@ class Spool:
             line = body + b"\t" + tail + b"\n"
         else:
             line = body + b"\n"
-        self.sha256.update(line)
+        try:
+            self._write(line)
+        except OSError as exc:
+            raise WriteFailedError(self.dest, exc) from exc
+
+    def _write(self, line):
+        if self.final_lines:
+            self.sha256.update(line)
         self.fh.write(line)
 
-    def part_prefix(self):
-        """A name prefix for worker part files, beside the spool (same directory, same filesystem)."""
-        return f"{self.tmp}."
+    def part(self, k):
+        """The name of worker part file ``k``: beside the spool (same directory, same filesystem)."""
+        return f"{self.tmp}.{k}.part{TMP_SUFFIX}"
 
     def append_part(self, part):
-        """Append a worker's finished lines (a part file) to the output, then delete the part."""
+        """Append a worker's final lines (a part file) to the output, hashing them, then delete the part."""
         try:
             with open(part, "rb") as src:
                 while block := src.read(1 << 20):
@@ -90,40 +96,90 @@ class Spool:
             raise WriteFailedError(self.dest, exc) from exc
 
     def discard(self):
+        """Remove the spool and any part file a worker left (after an error)."""
         if self.fh is not None:
             self.fh.close()
+            self.fh = None
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.tmp)
-            self.fh = None
+        if self.dest is not None:
+            for part in glob.glob(glob.escape(self.tmp) + ".*.part" + TMP_SUFFIX):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(part)
 
-    def publish(self, suffix_of_row=None):
-        """Write the final file (splicing group fields and tails when needed); returns its SHA-256."""
+    def publish(self, suffixes=None):
+        """Write the final file and return its SHA-256.
+
+        ``suffixes`` (without ``final_lines``) is an iterator giving each written row's group fields
+        (``b",..."`` or ``b""``), in row order.
+        """
         try:
-            return self._publish(suffix_of_row)
+            return self._publish(suffixes)
         except OSError as exc:
             raise WriteFailedError(self.dest, exc) from exc
 
-    def _publish(self, suffix_of_row):
+    def _publish(self, suffixes):
         self.fh.close()
         self.fh = None
         try:
-            if self.has_tail or suffix_of_row is not None:
-                self.sha256 = hashlib.sha256()
-                with atomic_file(self.dest) as out, open(self.tmp, "rb") as spool:
-                    for i, line in enumerate(spool):
-                        body, _, tail = line[:-1].partition(b"\t")
-                        suffix = suffix_of_row(i) if suffix_of_row is not None else b""
-                        line = splice(body, suffix, tail) + b"\n"
-                        self.sha256.update(line)
-                        out.write(line)
-            else:
+            if self.final_lines or (suffixes is None and not self.has_tail):
+                if not self.final_lines:
+                    self.sha256 = _hash_file(self.tmp)
                 with open(self.tmp, "rb+") as fh:
                     os.fsync(fh.fileno())
                 os.replace(self.tmp, self.dest)
+            else:
+                self.sha256 = hashlib.sha256()
+                with atomic_file(self.dest) as out:
+                    _splice_segment(self.tmp, out, self.sha256, suffixes, self.has_tail)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.tmp)
         return self.sha256.hexdigest()
+
+
+SPLICE_BLOCK = 8 << 20
+
+
+def _splice_segment(path, out, hasher, suffixes, has_tail):
+    """Copy spooled lines to ``out``, each with its group fields spliced in and its tail moved after them."""
+    rest = b""
+    with open(path, "rb") as fh:
+        while block := fh.read(SPLICE_BLOCK):
+            data = rest + block if rest else block
+            end = data.rfind(b"\n") + 1
+            rest = data[end:]
+            chunk = _splice_lines(data, end, suffixes, has_tail)
+            hasher.update(chunk)
+            out.write(chunk)
+    if rest:
+        raise ValueError(f"spooled lines of {path} do not end with a newline")  # our own files always do
+
+
+def _splice_lines(data, end, suffixes, has_tail):
+    view = memoryview(data)
+    find = data.find
+    pieces = []
+    add = pieces.extend
+    pos = 0
+    while pos < end:
+        nl = find(b"\n", pos, end)
+        suffix = next(suffixes) if suffixes is not None else b""
+        tab = find(b"\t", pos, nl) if has_tail else -1
+        if tab >= 0:
+            add((view[pos:tab - 1], suffix, b",", view[tab + 1:nl], b"}\n"))
+        else:
+            add((view[pos:nl - 1], suffix, b"}\n"))
+        pos = nl + 1
+    return b"".join(pieces)
+
+
+def _hash_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h
 
 
 def finish(report, started):

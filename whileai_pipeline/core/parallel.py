@@ -1,14 +1,15 @@
 """Spreading per-row work over processes while keeping source order (issue 4).
 
-A JSONL file is cut into chunks of whole lines (byte ranges). Each worker reads its own range,
-computes every row's outcome, writes the finished output lines of its chunk to a part file beside
-the destination, and sends back only the small per-row facts. The parent adds the facts up in
-source order and appends each part to the output (hashing it on the way), so neither input nor
-output bytes cross a pipe and the result is the same bytes as the one-process path.
+A JSONL file is cut into chunks of whole lines (byte ranges) by the parent, which hashes the file as
+it goes. Each worker reads its own range from the file, so input bytes never cross a pipe. Work on
+a chunk returns small per-row facts; for an export the chunk's finished output lines go to a part
+file beside the destination, which the parent appends to the output (hashing it) and deletes at
+once. Output bytes do not cross a pipe either: a large pipe read in a thread of a busy parent waits
+on the GIL for every 64 KB, which made a pipe several times slower than a part file here.
 """
 
+import collections
 import concurrent.futures as cf
-import contextlib
 import multiprocessing
 import os
 from dataclasses import dataclass
@@ -23,12 +24,11 @@ ENV_WORKERS = "WHILEAI_PIPELINE_WORKERS"
 
 @dataclass
 class Chunk:
-    """Whole lines ``[start, end)`` of the file; ``suffixes`` holds each row's group fields, if any."""
+    """Whole lines ``[start, end)`` of the file, the first of them numbered ``first_line``."""
 
     start: int
     end: int
     first_line: int
-    suffixes: list | None = None
 
 
 def workers_for(path, requested=None) -> int:
@@ -67,66 +67,71 @@ def line_chunks(path, hasher=None, chunk_bytes=None):
         yield Chunk(start, pos, first)
 
 
-def _work(path, chunk, fn, plan, part):
-    """(line, outcome) of one chunk's rows; their output lines go to ``part`` (bodies dropped from the facts)."""
+def _chunk_lines(path, chunk):
+    """(line number, parsed value) of a chunk's non-blank lines."""
     with open(path, "rb") as fh:
         fh.seek(chunk.start)
         data = fh.read(chunk.end - chunk.start)
+    for lineno, line in enumerate(data.split(b"\n"), chunk.first_line):
+        value = parse_line(path, lineno, line)
+        if value is not _BLANK:
+            yield lineno, value
+
+
+def map_rows(path, chunk, fn, arg):
+    """``fn(value, arg)`` of every row of a chunk, in order (a worker task)."""
+    return [fn(value, arg) for _, value in _chunk_lines(path, chunk)]
+
+
+def export_chunk(path, chunk, fn, plan, part, suffixes=None):
+    """(line, outcome) of each row of a chunk, with the output bytes taken out and written to ``part``.
+
+    ``suffixes`` holds each row's group fields (``b",..."`` or ``b""``), known from a pre-scan, so the
+    part holds final lines. A part file (not a pipe) carries them: the parent appends it to the output
+    and deletes it at once, so its bytes seldom reach the disk.
+    """
     outcomes = []
-    row = 0
-    out = open(part, "wb", buffering=1 << 20) if part else None
-    try:
-        for lineno, line in enumerate(data.split(b"\n"), chunk.first_line):
-            value = parse_line(path, lineno, line)
-            if value is _BLANK:
-                continue
+    with open(part, "wb", buffering=1 << 20) as out:
+        for row, (lineno, value) in enumerate(_chunk_lines(path, chunk)):
             outcome = fn(value, plan)
             if outcome is not None:
-                suffix = chunk.suffixes[row] if chunk.suffixes is not None else b""
                 entries = []
+                suffix = suffixes[row] if suffixes is not None else b""
                 for problems, group, written in outcome[2]:
                     if written is not None:
                         facts, body, tail = written
-                        if out is not None:
-                            out.write(splice(body, suffix, tail) + b"\n")
+                        out.write(splice(body, suffix, tail) + b"\n")
                         written = (facts, None, None)
                     entries.append((problems, group, written))
                 outcome = (outcome[0], outcome[1], entries)
             outcomes.append((lineno, outcome))
-            row += 1
-    except BaseException:
-        if out is not None:
-            out.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(part)
-        raise
-    if out is not None:
-        out.close()
-    return outcomes
+    return outcomes, part
 
 
-def parallel_outcomes(path, chunks, fn, plan, workers, part_prefix=None):
-    """Yield ``(outcomes, part file or None)`` per chunk, in file order, computed by ``workers`` processes."""
-    context = multiprocessing.get_context("spawn")
-    path = str(path)
-    pending = []
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+class WorkerPool:
+    """Spawned worker processes that run chunk tasks, results handed back in submission order."""
+
+    def __init__(self, workers):
+        self.workers = workers
+        self._pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def ordered(self, task, path, jobs):
+        """Yield ``task(path, *job)`` for each job, in order; a few jobs per worker stay in flight."""
+        path = str(path)
+        pending = collections.deque()
         try:
-            for k, chunk in enumerate(chunks):
-                part = f"{part_prefix}{k}.part.tmp" if part_prefix else None
-                pending.append((pool.submit(_work, path, chunk, fn, plan, part), part))
-                if len(pending) >= 2 * workers:
-                    future, part = pending.pop(0)
-                    yield future.result(), part
+            for job in jobs:
+                pending.append(self._pool.submit(task, path, *job))
+                if len(pending) >= 2 * self.workers:
+                    yield pending.popleft().result()
             while pending:
-                future, part = pending.pop(0)
-                yield future.result(), part
+                yield pending.popleft().result()
         finally:
-            for future, part in pending:
+            for future in pending:
                 future.cancel()
-            for future, part in pending:
-                with contextlib.suppress(Exception):
-                    future.result()
-                if part:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(part)

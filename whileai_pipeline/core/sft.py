@@ -1,15 +1,17 @@
 """``export_dataset`` (= ``export_training``): training rows as a gated JSONL file (spec 5).
 
-How a file export streams (issue 2, point 4). A re-readable source (a JSONL path, a list) is read
-twice: a quick pre-scan parses each row only for its task key and reward, so the group fields are
-known before any row is written; then each row is converted, gated and written once, final. A
-one-shot iterator is read once (DECISIONS 5): its rows are serialized into a spool beside the
-destination and a second pass over the spool's bytes splices each row's group fields onto the end of
-its line. Either way memory holds one group index and one reward per row, never rows, and nothing
-is published when a gate or a schema check fails.
+How an export streams (issue 2, point 4; issue 4). A re-readable source (a JSONL path, a list) is
+read twice: a quick pre-scan parses each row for its task key and reward only, so every group's
+fields are known before any row is written; then each row is converted, gated and written once,
+final (a big file runs over worker processes, which parse their own byte ranges in both reads). A
+one-shot iterator is read once (DECISIONS 5): its rows go to a spool beside the destination and
+``Spool.publish`` splices each row's group fields onto the end of its line in one last streaming
+pass. Either way memory holds one group index and one reward per row, never rows, and nothing is
+published when a gate or a schema check fails.
 """
 
 import array
+import math
 import os
 import time
 
@@ -96,20 +98,24 @@ def _reward_class(reward):
 class _SftTally:
     """Adds up row outcomes in source order: gates, schema check, groups, counters, spool lines."""
 
-    def __init__(self, plan, spool, prescan=None, source_path=None, progress=None):
+    def __init__(self, plan, spool, source_path=None, progress=None):
         self.plan, self.spool = plan, spool
         self.progress = progress
         self.source_path = source_path
-        self.prescan = prescan
-        self.groups = prescan.groups if prescan is not None else (GroupStats() if plan.grouping else None)
-        self.row_groups = array.array("q")
-        self.written_groups = set()
+        self.prescan = None
+        self.groups = GroupStats() if plan.grouping else None
+        self.row_groups = array.array("i")  # group of each written row
         self.roundtrip, self.leaks = RoundtripGate(plan.format), LeakGate()
         self.schema = SchemaCheck("training_rows")
         self.rewards = {"n_pass": 0, "n_fail": 0, "n_ungraded": 0}
         self.rows_read = self.rows_skipped = self.n_entries = self.n_out = self.n_length_cut = self.dropped = 0
         self.with_system = self.with_tools = self.rows_with_calls = 0
         self.truncated = self.chars_cut = self.trained = self.masked = 0
+
+    def use(self, prescan):
+        """Take every row's group from a pre-scan: lines are then written final, as they come."""
+        if prescan is not None:
+            self.prescan, self.groups = prescan, prescan.groups
 
     def consume(self, outcome, line=None):
         """Add one source row's outcome; ``line`` is its line number when the source is a file."""
@@ -125,7 +131,7 @@ class _SftTally:
             self.schema.add(self.n_entries, problems, line and f"{self.source_path}:{line}")
             self.n_entries += 1
             if self.prescan is not None:
-                g = self.prescan.group_of_row(self.rows_read - 1)
+                g = self.prescan.groups.row_group(self.rows_read - 1)
             else:
                 g = self.groups.add_summary(*group) if group is not None else -1
             if self.schema.bad:
@@ -145,84 +151,119 @@ class _SftTally:
             self.trained += trained
             self.masked += masked
             self.rewards[reward_class] += 1
-            if g >= 0:
-                self.written_groups.add(g)
-            if self.prescan is not None:
-                if body is not None:  # None: a worker process already wrote the line
-                    self.spool.write(body, tail, self.prescan.suffix(g))
-            else:
-                if body is not None:
-                    self.spool.write(body, tail)
-                self.row_groups.append(g)
+            if body is not None:  # None: a worker process already serialized the line
+                self.spool.write(body, tail, self.prescan.suffix(g) if self.prescan is not None else None)
+            self.row_groups.append(g)
             self.n_out += 1
+
+    def written_group_count(self):
+        """Distinct groups among the rows written (TRL drops rows, DECISIONS 16)."""
+        if self.groups is None or not self.groups.active:
+            return 0
+        seen = bytearray(len(self.groups))
+        for g in self.row_groups:
+            if g >= 0:
+                seen[g] = 1
+        return seen.count(1)
+
+    def suffixes(self):
+        """Each written row's group fields as bytes to splice (``b",..."``), or None when lines are final."""
+        if self.prescan is not None or self.groups is None or not self.groups.active:
+            return None
+        self.groups.compute()
+        return _group_suffixes(self.groups, self.row_groups)
+
+
+def _group_suffixes(groups, row_groups):
+    last_g, last = None, b""
+    for g in row_groups:
+        if g != last_g:  # rollouts of one task usually sit together: serialize their fields once
+            last_g = g
+            last = b"," + dumps(groups.fields(g))[1:-1] if g >= 0 else b""
+        yield last
 
 
 class _Prescan:
-    """Group statistics from a quick first read of a re-readable source.
+    """Group statistics from a quick first read of a re-readable source (a list, a JSONL file).
 
-    Parsing a line is cheap next to converting it, so a file (or a list) is read once for each row's
-    task key and reward only; group fields are then known before any row is written. For a file this
-    read also takes the SHA-256 (DECISIONS 15) and cuts the file into chunks for worker processes.
+    Each row is parsed for its task key and reward only, so every group's fields are known before any
+    row is written, and each output line is written once, final: writing a multi-GB export twice
+    costs more than parsing its source twice. A file's first read also takes its SHA-256
+    (DECISIONS 15) and cuts it into chunks; with worker processes the workers parse the chunks.
     """
 
-    def __init__(self, rows=None, path=None, hasher=None, chunk_bytes=None):
+    def __init__(self):
         self.groups = GroupStats()
-        self.row_group = array.array("i")
-        self.chunks = []  # (start byte, end byte, first line, first row, rows)
-        if path is not None:
-            self._scan_file(path, hasher, chunk_bytes)
-        else:
-            for raw in rows:
-                self._add(raw)
-        self._suffixes = None
-        if self.groups.active:
-            self._suffixes = [b"," + dumps(f)[1:-1] for f in self.groups.iter_fields()]
-        self.groups.release()  # from here on only the suffix bytes and this row -> group array count
+        self.chunks = []  # (chunk, its first row, its rows) for worker processes
+        self.rows = 0
+        self._last = (None, b"")
 
-    def _add(self, raw):
-        if isinstance(raw, dict):
-            self.row_group.append(self.groups.add_summary(*row_summary(_group_view(raw))))
-        else:
-            self.row_group.append(-1)
+    @classmethod
+    def of_rows(cls, rows):
+        scan = cls()
+        for raw in rows:
+            scan._add(_group_summary(raw))
+        return scan._finish()
 
-    def _scan_file(self, path, hasher, chunk_bytes):
-        start = pos = 0
-        first_line, first_row = 1, 0
-        for lineno, line, raw in iter_jsonl_lines(path, hasher):
-            pos += len(line)
+    @classmethod
+    def of_file(cls, path, hasher):
+        scan = cls()
+        for _, _, raw in iter_jsonl_lines(path, hasher):
             if raw is not _BLANK:
-                self._add(raw)
-            if chunk_bytes and pos - start >= chunk_bytes:
-                self.chunks.append((start, pos, first_line, first_row, len(self.row_group) - first_row))
-                start, first_line, first_row = pos, lineno + 1, len(self.row_group)
-        if pos > start:
-            self.chunks.append((start, pos, first_line, first_row, len(self.row_group) - first_row))
+                scan._add(_group_summary(raw))
+        return scan._finish()
 
-    def group_of_row(self, i):
-        return self.row_group[i]
+    @classmethod
+    def of_chunks(cls, pool, path, chunks):
+        """Workers parse the chunks (cut, and the file hashed, here as they are handed out)."""
+        from .parallel import map_rows
+
+        scan = cls()
+        cut = []
+
+        def jobs():
+            for chunk in chunks:
+                cut.append(chunk)
+                yield chunk, _group_summary, None
+
+        for summaries in pool.ordered(map_rows, path, jobs()):
+            scan.chunks.append((cut[len(scan.chunks)], scan.rows, len(summaries)))
+            for summary in summaries:
+                scan._add(summary)
+        return scan._finish()
+
+    def _add(self, summary):
+        self.groups.add_summary(*(summary if summary is not None else (None, math.nan)))
+        self.rows += 1
+
+    def _finish(self):
+        self.groups.compute(keep_rows=True)
+        return self
 
     def suffix(self, g):
-        if self._suffixes is None or g < 0:
+        """Group ``g``'s fields as bytes to splice onto a line (``b""`` for none)."""
+        if g < 0 or not self.groups.active:
             return b""
-        return self._suffixes[g]
+        if self._last[0] != g:  # rollouts of one task usually sit together: serialize their fields once
+            self._last = (g, b"," + dumps(self.groups.fields(g))[1:-1])
+        return self._last[1]
 
-    def work_chunks(self):
-        """The file's chunks, each with its rows' group fields, for worker processes."""
-        from .parallel import Chunk
-
-        for start, end, first_line, first_row, n in self.chunks:
-            suffixes = [self.suffix(self.row_group[i]) for i in range(first_row, first_row + n)]
-            yield Chunk(start, end, first_line, suffixes)
+    def chunk_suffixes(self):
+        """Each chunk with its rows' group fields."""
+        for chunk, first, n in self.chunks:
+            yield chunk, [self.suffix(self.groups.row_group(i)) for i in range(first, first + n)]
 
 
-def _group_view(raw):
-    """The keys of a training row that decide its group, exactly as the row will carry them."""
+def _group_summary(raw, _=None):
+    """(task-key digest, reward) of the training row a source row becomes; None for a non-object."""
+    if not isinstance(raw, dict):
+        return None
     view = {}
-    for key in ("scenario_id", "prompt", "reward"):
+    for key in ("scenario_id", "prompt", "reward"):  # the keys that decide a training row's group
         value = raw.get(key)
         if value is not None:
             view[key] = scrub(value)
-    return view
+    return row_summary(view)
 
 
 def _rereadable(rows):
@@ -232,30 +273,40 @@ def _rereadable(rows):
         return False
 
 
-def _run_pass(src, plan, tally, spool, prescan, workers, dest):
+def _run_pass(src, plan, tally, spool, dest, prescan_wanted, workers):
     """Feed every row's outcome to the tally: in this process, or over worker processes for big files."""
-    if src.hashed is not None:
-        from .parallel import line_chunks, parallel_outcomes, workers_for
+    if src.hashed is None:
+        prescan = _Prescan.of_rows(src.rows) if prescan_wanted else None
+        tally.use(prescan)
+        for raw in src.rows:
+            tally.consume(_sft_outcome(raw, plan))
+        return
+    from .parallel import WorkerPool, export_chunk, line_chunks, workers_for
 
-        n = workers_for(src.path, workers)
-        if n > 1:
-            if prescan is not None:
-                chunks = prescan.work_chunks()
-            else:
-                chunks = line_chunks(src.path, src.hashed.sha256)
-            prefix = spool.part_prefix() if dest is not None else None
-            for outcomes, part in parallel_outcomes(src.path, chunks, _sft_outcome, plan, n, prefix):
-                for line, outcome in outcomes:
-                    tally.consume(outcome, line)
-                if part:
-                    spool.append_part(part)
-            return
+    n = workers_for(src.path, workers)
+    if n == 1:
+        prescan = _Prescan.of_file(src.path, src.hashed.sha256) if prescan_wanted else None
+        tally.use(prescan)
         hasher = None if prescan is not None else src.hashed.sha256
         for line, raw in iter_jsonl(src.path, hasher):
             tally.consume(_sft_outcome(raw, plan), line)
         return
-    for raw in src.rows:
-        tally.consume(_sft_outcome(raw, plan))
+    with WorkerPool(n) as pool:
+        chunks = line_chunks(src.path, src.hashed.sha256)
+        if prescan_wanted:
+            prescan = _Prescan.of_chunks(pool, src.path, chunks)
+            chunks = prescan.chunk_suffixes()
+        else:
+            prescan = None
+            chunks = ((chunk, None) for chunk in chunks)
+        tally.use(prescan)
+        jobs = ((chunk, _sft_outcome, plan, spool.part(k) if dest else os.devnull, suffixes)
+                for k, (chunk, suffixes) in enumerate(chunks))
+        for outcomes, part in pool.ordered(export_chunk, src.path, jobs):
+            for line, outcome in outcomes:
+                tally.consume(outcome, line)
+            if dest is not None:
+                spool.append_part(part)
 
 
 def export_dataset(source, output=None, *, system_prompt=None, tools=None, strip_think=True, validate=True,
@@ -275,19 +326,12 @@ def export_dataset(source, output=None, *, system_prompt=None, tools=None, strip
     if dest is not None and src.path is not None:
         refuse_source(dest, src.path)
     plan = _SftPlan(src.system, src.tools, strip_think, mask_mode, unroll, max_tool_output_chars, format)
-    prescan = stamp = None
-    if plan.grouping and _rereadable(src.rows):
-        stamp = _file_stamp(src.path)
-        if src.hashed is not None:
-            from .parallel import CHUNK_BYTES
-
-            prescan = _Prescan(path=src.path, hasher=src.hashed.sha256, chunk_bytes=CHUNK_BYTES)
-        else:
-            prescan = _Prescan(rows=src.rows)
-    spool = Spool(dest)
+    stamp = _file_stamp(src.path)
+    prescan_wanted = plan.grouping and _rereadable(src.rows)
+    spool = Spool(dest, final_lines=prescan_wanted or not plan.grouping)
     try:
-        tally = _SftTally(plan, spool, prescan, src.path, progress)
-        _run_pass(src, plan, tally, spool, prescan, workers, dest)
+        tally = _SftTally(plan, spool, src.path, progress)
+        _run_pass(src, plan, tally, spool, dest, prescan_wanted, workers)
         if stamp is not None and _file_stamp(src.path) != stamp:
             raise ExportError(f"source_changed: {src.path} changed while it was being exported; nothing was "
                               "written. Export again once the file is complete.")
@@ -307,14 +351,9 @@ def export_dataset(source, output=None, *, system_prompt=None, tools=None, strip
             raise PrivilegedLeakError(_leak_message(leaks), finish(report, started))
 
         if dest is not None:
-            suffix_of_row = None
-            groups, row_groups = tally.groups, tally.row_groups
-            if prescan is None and groups is not None and groups.active:
-                fields = [b"," + dumps(f)[1:-1] for f in groups.finish()]
-                suffix_of_row = lambda i: fields[row_groups[i]] if row_groups[i] >= 0 else b""  # noqa: E731
             report["path"] = str(dest)
             report["n_written"] = tally.n_out
-            report["sha256"] = spool.publish(suffix_of_row)
+            report["sha256"] = spool.publish(tally.suffixes())
         return finish(report, started)
     finally:
         spool.discard()
@@ -334,8 +373,7 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
         "format": plan.format,
         "with_system": t.with_system,
         "with_tools": t.with_tools,
-        # distinct group ids among the rows written (TRL drops rows, DECISIONS 16)
-        "groups": len(t.written_groups) if t.groups is not None and t.groups.active else 0,
+        "groups": t.written_group_count(),
         "tool_call_roundtrip": t.roundtrip.report(),
         "mask_mode": "final (unrolled)" if plan.unroll else plan.mask_mode,
         "unrolled": plan.unroll,
