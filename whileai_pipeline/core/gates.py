@@ -137,7 +137,7 @@ def tool_call_roundtrip(rows, *, format="openai"):
 # ---------------------------------------------------------------- leak gate
 
 def leak_needles(row, min_len=LEAK_MIN_QUOTE_CHARS):
-    """(field path, normalized text) of every privileged string long enough to be a quote."""
+    """(field path, normalized text, its longest word) of every privileged string long enough to be a quote."""
     privileged = row.get("privileged")
     if not isinstance(privileged, dict):
         return []
@@ -171,7 +171,7 @@ def _needles(privileged, min_len):
         elif isinstance(value, str):
             needle = normalize(value)
             if len(needle) >= min_len:
-                needles.append((path, needle))
+                needles.append((path, needle, max(needle.split(" "), key=len)))
 
     for field in LEAK_FIELDS:
         value = privileged.get(field)
@@ -185,6 +185,10 @@ def leak_haystack(row, rebuilt=None) -> str:
 
     ``rebuilt`` is ``conversation(row)`` when the caller already has it.
     """
+    return normalize(_lowered_replies(row, rebuilt))
+
+
+def _lowered_replies(row, rebuilt):
     parts = [text(row.get("final_text") or "")]
     messages = row.get("messages")
     if not (isinstance(messages, list) and messages):
@@ -194,16 +198,25 @@ def leak_haystack(row, rebuilt=None) -> str:
             content = message.get("content")
             if isinstance(content, str):
                 parts.append(content)
-    return normalize("\n".join(p for p in parts if p).lower())
+    return "\n".join(p for p in parts if p).lower()
 
 
 def leak_verdict(row, min_len=LEAK_MIN_QUOTE_CHARS, rebuilt=None):
-    """None when the row carries nothing to check, else (field, needle) of its first quote or False."""
+    """None when the row carries nothing to check, else (field, needle) of its first quote or False.
+
+    Normalizing the replies (splitting them into words) is most of the cost, so it is skipped when
+    no needle's longest word occurs in the lowercased replies. That shortcut is exact: a needle's
+    words hold no whitespace, so inside the normalized replies each lies within one of their words,
+    and those are pieces of the lowercased replies (lowercasing twice changes nothing).
+    """
     needles = leak_needles(row, min_len)
     if not needles:
         return None
-    haystack = leak_haystack(row, rebuilt)
-    for field, needle in needles:
+    lowered = _lowered_replies(row, rebuilt)
+    if not any(word in lowered for _, _, word in needles):
+        return False
+    haystack = normalize(lowered)
+    for field, needle, _ in needles:
         if needle in haystack:
             return field, needle
     return False

@@ -38,6 +38,7 @@ class _SftPlan:
         self.trl = format == "trl"
         self.completion_rows = self.trl and (unroll or mask_mode == "final")
         self.grouping = not unroll
+        self.summarize_groups = self.grouping  # off when a pre-scan already has every row's group
         self.encoding = ENCODINGS[format]
 
 
@@ -55,7 +56,7 @@ def _sft_outcome(raw, plan):
     for entry in convert_row(raw, plan.system, plan.tools, plan.strip_think, plan.mask_mode, plan.unroll, plan.cap,
                           rebuilt):
         problems = training_problems(entry)
-        group = row_summary(entry) if plan.grouping else None
+        group = row_summary(entry) if plan.summarize_groups else None
         row = entry
         if plan.trl:
             row = trl_completion_row(entry) if plan.completion_rows else trl_training_row(entry)
@@ -328,6 +329,7 @@ def export_dataset(source, output=None, *, system_prompt=None, tools=None, strip
     plan = _SftPlan(src.system, src.tools, strip_think, mask_mode, unroll, max_tool_output_chars, format)
     stamp = _file_stamp(src.path)
     prescan_wanted = plan.grouping and _rereadable(src.rows)
+    plan.summarize_groups = plan.grouping and not prescan_wanted
     spool = Spool(dest, final_lines=prescan_wanted or not plan.grouping)
     try:
         tally = _SftTally(plan, spool, src.path, progress)

@@ -1,0 +1,43 @@
+"""The leak gate's shortcut (skip normalizing replies when no needle's longest word occurs) is exact."""
+
+from hypothesis import given, settings, strategies as st
+
+from whileai_pipeline.core.gates import leak_haystack, leak_verdict
+from whileai_pipeline.core.text import normalize
+
+# Letters whose case mapping is unusual (final sigma, dotted I, ligatures), and assorted whitespace.
+ALPHABET = st.sampled_from(list("abcXYZ Σσςİıßẞﬁǅ\u00a0\u2003\t\n\r\x1c.,-:") + ["ΟΔΟΣ", "İstanbul", "STRASSE"])
+TEXT = st.lists(ALPHABET, max_size=40).map("".join)
+
+
+def _slow_verdict(row, min_len=12):
+    """The definition: every privileged string's normalized form, searched in the normalized replies."""
+    needles = []
+    for field in ("reference", "principle", "hidden_state"):
+        value = row["privileged"].get(field)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and len(normalize(item)) >= min_len:
+                needles.append((field, normalize(item)))
+    if not needles:
+        return None
+    haystack = leak_haystack(row)  # normalizes every reply, no shortcut
+    for field, needle in needles:
+        if needle in haystack:
+            return field, needle
+    return False
+
+
+@settings(max_examples=400, deadline=None)
+@given(replies=st.lists(TEXT, min_size=1, max_size=4), final=TEXT, secrets=st.lists(TEXT, max_size=3),
+       quote=st.data())
+def test_shortcut_gives_the_same_verdict(replies, final, secrets, quote):
+    # some needles are cut out of the replies themselves (with their case and spacing changed), so
+    # leaks happen as well as near misses
+    joined = " ".join(replies)
+    if joined:
+        a = quote.draw(st.integers(0, len(joined)))
+        b = quote.draw(st.integers(a, len(joined)))
+        secrets = secrets + [joined[a:b].upper(), "  " + joined[a:b].replace(" ", "\u2003 ") + "\n"]
+    row = {"prompt": "q", "steps": [{"text": r} for r in replies], "final_text": final,
+           "privileged": {"reference": secrets[0] if secrets else "", "principle": secrets[1:]}}
+    assert leak_verdict(row) == _slow_verdict(row)
