@@ -31,3 +31,24 @@ def test_file_pairs_equal_list_pairs(tmp_path, rows, max_pairs, margin, length_m
     assert written == [orjson.loads(dumps(p)) for p in pairs]
     assert {k: v for k, v in file_report.items() if k not in ("path", "n_written", "sha256")} == report
     assert file_report["n_written"] == len(pairs)
+
+
+def test_workers_build_the_same_pairs_file(tmp_path, monkeypatch):
+    """Pass 1 over worker processes (many small chunks, blank and CRLF lines, a BOM) gives the same bytes."""
+    from whileai_pipeline.core import pairs, parallel
+
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 512)
+    monkeypatch.setattr(pairs, "PAIRS_PER_TASK", 3)  # pass 2 over workers too
+    lines = []
+    for i in range(300):
+        r = {"prompt": f"task {i % 23}", "reward": (i * 7 % 11) / 10, "final_text": "x" * (i % 40),
+             "steps": [{"tool": "t", "arguments": {"n": i % 3}, "result": "ok"}], "model_version": f"m{i % 2}"}
+        lines.append(dumps(r) + (b"\r\n" if i % 17 == 0 else b"\n") + (b"\n" if i % 29 == 0 else b""))
+    src = tmp_path / "scored.jsonl"
+    src.write_bytes(b"\xef\xbb\xbf" + b"".join(lines))
+    one = build_pairs_file(src, tmp_path / "one.jsonl", workers=1)
+    two = build_pairs_file(src, tmp_path / "two.jsonl", workers=2)
+    assert one["n_written"] >= 20
+    assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "two.jsonl").read_bytes()
+    assert {k: v for k, v in one.items() if k != "path"} == {k: v for k, v in two.items() if k != "path"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.jsonl", "scored.jsonl", "two.jsonl"]

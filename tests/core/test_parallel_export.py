@@ -95,3 +95,30 @@ def test_gate_failure_in_workers_leaves_no_part_files(tmp_path, monkeypatch):
             wai.export_dataset(src, tmp_path / "out.jsonl", workers=2, format=fmt)
     assert (tmp_path / "out.jsonl").read_bytes() == b"previous\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "run.jsonl"]
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+def test_preference_workers_give_identical_bytes(tmp_path, monkeypatch, fmt):
+    from whileai_pipeline.core.pairs import build_pairs_file
+
+    src = _run(tmp_path / "run.jsonl", n=400, bad_arguments=False)
+    build_pairs_file(src, tmp_path / "pairs.jsonl", max_pairs_per_prompt=2, min_margin=0.5, workers=1)
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
+    opts = dict(format=fmt, validate=False, drop_ties=False, system_prompt="sys", tools=[{"type": "function"}])
+    one = wai.export_preference(tmp_path / "pairs.jsonl", tmp_path / "one.jsonl", workers=1, **opts)
+    two = wai.export_preference(tmp_path / "pairs.jsonl", tmp_path / "two.jsonl", workers=2, **opts)
+    assert one["pairs"] >= 40
+    assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "two.jsonl").read_bytes()
+    strip = ("path", "elapsed_seconds")
+    assert {k: v for k, v in one.items() if k not in strip} == {k: v for k, v in two.items() if k not in strip}
+    assert two["sha256"] == hashlib.sha256((tmp_path / "two.jsonl").read_bytes()).hexdigest()
+    assert two["source_sha256"] == hashlib.sha256((tmp_path / "pairs.jsonl").read_bytes()).hexdigest()
+
+    # a chosen reply that quotes its privileged block fails the gate: no file, no part left behind
+    with open(tmp_path / "pairs.jsonl", "ab") as fh:
+        leak = {"prompt": "p", "steps": [{"text": "it is a long hidden reference text"}],
+                "privileged": {"reference": "a long hidden reference text"}}
+        fh.write(dumps({"prompt": "p", "chosen": leak, "rejected": {"prompt": "p", "final_text": "no"}}) + b"\n")
+    with pytest.raises(wai.PrivilegedLeakError):
+        wai.export_preference(tmp_path / "pairs.jsonl", tmp_path / "three.jsonl", workers=2, format=fmt)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.jsonl", "pairs.jsonl", "run.jsonl", "two.jsonl"]

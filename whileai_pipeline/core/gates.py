@@ -192,7 +192,7 @@ def _lowered_replies(row, rebuilt):
     parts = [text(row.get("final_text") or "")]
     messages = row.get("messages")
     if not (isinstance(messages, list) and messages):
-        messages = rebuilt if rebuilt is not None else conversation(row)
+        messages = rebuilt if rebuilt is not None else conversation(row, tool_text=False)
     for message in messages:
         if isinstance(message, dict) and message.get("role") == "assistant":
             content = message.get("content")

@@ -6,9 +6,12 @@ attaches the rows the plan names.
 """
 
 import array
+import contextlib
+import glob
 import hashlib
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 
@@ -108,6 +111,12 @@ class RowSummary:
 
 def summarize(index, row):
     """A RowSummary for an eligible row, else None (non-ok judge status, no valid score, no prompt)."""
+    fields = summary_fields(row)
+    return RowSummary(index, *fields) if fields is not None else None
+
+
+def summary_fields(row, _=None):
+    """Everything of a RowSummary but the row's index (what a worker process sends back)."""
     if not isinstance(row, dict) or row.get("judge_status", "ok") != "ok":
         return None
     value = score(row)
@@ -118,14 +127,13 @@ def summarize(index, row):
         return None
     model = row.get("model_version")
     lineage = row.get("lineage")
-    return RowSummary(
-        index=index,
-        key=hashlib.sha1(key.encode("utf-8", "surrogatepass")).digest(),
-        score=value,
-        length=reply_length(row),
-        first_turn=hashlib.sha1(first_turn(row).encode("utf-8", "surrogatepass")).digest()[:8],
-        model=text(model) if model else None,
-        eval_sourced=isinstance(lineage, dict) and lineage.get("source") == "eval",
+    return (
+        hashlib.sha1(key.encode("utf-8", "surrogatepass")).digest(),
+        value,
+        reply_length(row),
+        hashlib.sha1(first_turn(row).encode("utf-8", "surrogatepass")).digest()[:8],
+        text(model) if model else None,
+        isinstance(lineage, dict) and lineage.get("source") == "eval",
     )
 
 
@@ -361,36 +369,104 @@ def judge_pairs(pairs, judge=None, *, swap=True, examples=10, position_flip_flag
     return entries, report
 
 
-def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True, progress=None):
+def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True, progress=None,
+                     workers=None):
     """``build_preference_pairs`` from a JSONL file to a JSONL file, holding summaries, not rows.
 
-    Pass 1 keeps one summary and one byte offset per row; pass 2 seeks to the rows each pair names.
+    Pass 1 keeps one summary and one byte offset per row (worker processes summarize a big file's
+    chunks; ``workers`` as for ``export_dataset``); pass 2 seeks to the rows each pair names.
     Returns the pair report plus ``path``, ``n_written`` and ``sha256`` of the written file.
     """
     if min_margin <= 0:
         raise ValueError(MIN_MARGIN_ERROR)
-    from .jsonl import atomic_file, dumps_line, iter_jsonl_offsets, parse_line, sha256_file
+    from .jsonl import atomic_file, iter_jsonl_offsets
+    from .parallel import WorkerPool, line_chunks, map_row_offsets, workers_for
 
     offsets = array.array("q")
 
     def summaries():
-        for index, (offset, row) in enumerate(iter_jsonl_offsets(source)):
-            tick(progress, index + 1)
-            offsets.append(offset)
-            yield summarize(index, row)
+        n = workers_for(source, workers)
+        if n == 1:
+            for index, (offset, row) in enumerate(iter_jsonl_offsets(source)):
+                tick(progress, index + 1)
+                offsets.append(offset)
+                yield summarize(index, row)
+            return
+        with WorkerPool(n) as pool:
+            jobs = ((chunk, summary_fields, None) for chunk in line_chunks(source))
+            for results in pool.ordered(map_row_offsets, source, jobs):
+                for offset, fields in results:
+                    index = len(offsets)
+                    offsets.append(offset)
+                    tick(progress, index + 1)
+                    yield RowSummary(index, *fields) if fields is not None else None
 
     plan, seen, contrast = plan_pairs(summaries(), max_pairs_per_prompt=max_pairs_per_prompt,
                                       min_margin=min_margin, length_match=length_match)
     if progress is not None:
         progress(len(offsets))
-    with open(source, "rb") as fh, atomic_file(output) as out:
-        def row_at(index):
-            fh.seek(offsets[index])
-            # the line parsed in pass 1; the number only tells parse_line whether a BOM may lead it
-            return parse_line(source, 1 if offsets[index] == 0 else 2, fh.readline())
-
-        for c, r in plan:
-            out.write(dumps_line(pair_fields(c, r, row_at(c.index), row_at(r.index))))
+    digest = hashlib.sha256()
+    jobs = [(c, r, offsets[c.index], offsets[r.index]) for c, r in plan]
+    n = workers_for(source, workers)
+    with atomic_file(output) as out:
+        if n == 1 or len(jobs) < 2 * PAIRS_PER_TASK:
+            for line in _pair_lines(source, jobs):
+                digest.update(line)
+                out.write(line)
+        else:
+            # parts are named like every temp file beside the output: a crashed run's are cleaned later
+            prefix = os.path.join(os.path.dirname(os.path.abspath(output)), f".{os.path.basename(output)}.{os.getpid()}.")
+            tasks = ((jobs[k:k + PAIRS_PER_TASK], f"{prefix}pairs{k}.part.tmp")
+                     for k in range(0, len(jobs), PAIRS_PER_TASK))
+            try:
+                with WorkerPool(n) as pool:
+                    for part in pool.ordered(write_pairs_part, source, tasks):
+                        _append(part, out, digest)
+            finally:
+                for part in glob.glob(glob.escape(prefix) + "pairs*.part.tmp"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(part)
     report = pairs_report(plan, seen, contrast, min_margin)
-    report.update(path=str(output), n_written=len(plan), sha256=sha256_file(output))
+    report.update(path=str(output), n_written=len(plan), sha256=digest.hexdigest())
     return report
+
+
+PAIRS_PER_TASK = 500
+
+
+def _pair_lines(source, jobs):
+    """Each planned pair as a JSONL line, reading its two rows back at their byte offsets."""
+    from .jsonl import dumps_line, parse_line
+
+    with open(source, "rb") as fh:
+        def row_at(offset):
+            fh.seek(offset)
+            # the line parsed in pass 1; the number only tells parse_line whether a BOM may lead it
+            return parse_line(source, 1 if offset == 0 else 2, fh.readline())
+
+        for c, r, c_offset, r_offset in jobs:
+            yield dumps_line(pair_fields(c, r, row_at(c_offset), row_at(r_offset)))
+
+
+def write_pairs_part(source, jobs, part):
+    """A worker task: a run of planned pairs written to a part file beside the output."""
+    try:
+        with open(part, "wb", buffering=1 << 20) as fh:
+            for line in _pair_lines(source, jobs):
+                fh.write(line)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(part)
+        raise
+    return part
+
+
+def _append(part, out, digest):
+    try:
+        with open(part, "rb") as fh:
+            while block := fh.read(1 << 20):
+                digest.update(block)
+                out.write(block)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(part)

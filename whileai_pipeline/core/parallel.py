@@ -67,20 +67,27 @@ def line_chunks(path, hasher=None, chunk_bytes=None):
         yield Chunk(start, pos, first)
 
 
-def _chunk_lines(path, chunk):
-    """(line number, parsed value) of a chunk's non-blank lines."""
+def chunk_rows(path, chunk):
+    """(line number, byte offset, parsed value) of a chunk's non-blank lines."""
     with open(path, "rb") as fh:
         fh.seek(chunk.start)
         data = fh.read(chunk.end - chunk.start)
+    offset = chunk.start
     for lineno, line in enumerate(data.split(b"\n"), chunk.first_line):
         value = parse_line(path, lineno, line)
         if value is not _BLANK:
-            yield lineno, value
+            yield lineno, offset, value
+        offset += len(line) + 1
 
 
 def map_rows(path, chunk, fn, arg):
     """``fn(value, arg)`` of every row of a chunk, in order (a worker task)."""
-    return [fn(value, arg) for _, value in _chunk_lines(path, chunk)]
+    return [fn(value, arg) for _, _, value in chunk_rows(path, chunk)]
+
+
+def map_row_offsets(path, chunk, fn, arg):
+    """``(byte offset, fn(value, arg))`` of every row of a chunk, in order (a worker task)."""
+    return [(offset, fn(value, arg)) for _, offset, value in chunk_rows(path, chunk)]
 
 
 def export_chunk(path, chunk, fn, plan, part, suffixes=None):
@@ -92,7 +99,7 @@ def export_chunk(path, chunk, fn, plan, part, suffixes=None):
     """
     outcomes = []
     with open(part, "wb", buffering=1 << 20) as out:
-        for row, (lineno, value) in enumerate(_chunk_lines(path, chunk)):
+        for row, (lineno, _, value) in enumerate(chunk_rows(path, chunk)):
             outcome = fn(value, plan)
             if outcome is not None:
                 entries = []

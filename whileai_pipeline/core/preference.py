@@ -1,11 +1,14 @@
 """``export_preference``: chosen/rejected pairs as DPO rows, behind both gates (spec 7, DECISIONS 12)."""
 
+import contextlib
+import os
 import time
 from pathlib import Path
 
 from .conversation import conversation
 from .errors import NoPreferencePairsError, PrivilegedLeakError, RoundtripInvalidError
-from .gates import LeakGate, RoundtripGate, check_format, leak_verdict, scrub
+from .gates import (ENCODINGS, LeakGate, RoundtripGate, check_format, count_tool_calls, leak_outcome, leak_verdict,
+                    scrub)
 from .jsonl import dumps
 from .progress import tick
 from .output import Spool, finish, refuse_source
@@ -27,75 +30,173 @@ def _pair_source(pairs, system_prompt, tools):
     return resolve_source(pairs, system_prompt, tools)
 
 
+class _PairPlan:
+    """Everything the per-pair work needs; picklable, so worker processes get the same plan."""
+
+    def __init__(self, system, tools, strip_think, drop_ties, format):
+        self.system, self.tools, self.strip_think, self.drop_ties = system, tools, strip_think, drop_ties
+        self.trl = format == "trl"
+        self.encoding = ENCODINGS[format]
+
+
+_SKIP, _BAD, _TIE, _DROPPED = "skip", "bad", "tie", "dropped"
+
+
+def _pair_outcome(item, plan):
+    """All one pair contributes: its kind, or (schema problems, gate facts, serialized row).
+
+    A pure function of (item, plan), so it can run in any process; ``_PairTally.consume`` adds the
+    outcomes up in order, which keeps the output the same however the work was spread.
+    """
+    if not isinstance(item, dict):
+        return _SKIP
+    if not (isinstance(item.get("chosen"), dict) and isinstance(item.get("rejected"), dict)):
+        return _BAD
+    if plan.drop_ties and item.get("tie"):
+        return _TIE
+    entry = {"prompt": item.get("prompt")}
+    rebuilt = {}  # each side's conversation, built once for the wire rows and the leak checks
+    for side in ("chosen", "rejected"):
+        row = item[side]
+        messages = row.get("messages")
+        if not messages:
+            messages = rebuilt[side] = conversation(row)
+        entry[side] = to_wire(messages, system=plan.system, strip_think=plan.strip_think)
+    if plan.tools:
+        entry["tools"] = list(plan.tools)
+    for key in PAIR_KEYS:
+        value = item.get(key)
+        if value is not None:
+            entry[key] = scrub(value)
+    stamp(entry)
+    if plan.trl:
+        entry = trl_preference_row(entry)
+        if entry is None:
+            return _DROPPED
+    delta, margin = entry.get("length_delta"), entry.get("margin")
+    facts = (
+        count_tool_calls(entry["chosen"], plan.encoding),
+        count_tool_calls(entry["rejected"], plan.encoding),
+        leak_outcome(item["chosen"], rebuilt=rebuilt.get("chosen")),
+        bool(leak_verdict(item["rejected"], rebuilt=rebuilt.get("rejected"))),
+        bool(has_tool_calls(entry["chosen"]) or has_tool_calls(entry["rejected"])),
+        delta if isinstance(delta, int) else None,
+        entry.get("first_turn_differs") is False,
+        margin if isinstance(margin, (int, float)) else None,
+    )
+    return preference_problems(entry), facts, dumps(entry)
+
+
+class _PairTally:
+    """Adds up pair outcomes in order: gates, schema check, counters, spool lines."""
+
+    def __init__(self, format, spool, progress):
+        self.spool, self.progress = spool, progress
+        self.roundtrip, self.leaks = RoundtripGate(format), LeakGate()
+        self.schema = SchemaCheck("export_preference")
+        self.n_entries = self.skipped = self.bad = self.ties = self.dropped = self.n_out = 0
+        self.rejected_quoting = self.deltas = self.longer = self.identical = self.rows_with_calls = 0
+        self.n_margins, self.margin_sum = 0, 0
+
+    def consume(self, outcome):
+        tick(self.progress, self.n_entries + self.skipped + 1)
+        if outcome is _SKIP:
+            self.skipped += 1
+            return
+        self.n_entries += 1
+        if outcome is _BAD:
+            self.bad += 1
+            return
+        if self.bad:  # the export fails anyway; count the rest
+            return
+        if outcome is _TIE:
+            self.ties += 1
+            return
+        if outcome is _DROPPED:
+            self.dropped += 1
+            return
+        problems, facts, body = outcome
+        self.schema.add(self.n_out, problems)
+        if self.schema.bad:
+            self.n_out += 1
+            return
+        chosen_calls, rejected_calls, leak, rejected_quotes, has_calls, delta, identical, margin = facts
+        self.roundtrip.record(2 * self.n_out, *chosen_calls)
+        self.roundtrip.record(2 * self.n_out + 1, *rejected_calls)
+        self.leaks.record(leak)
+        self.rejected_quoting += rejected_quotes
+        self.rows_with_calls += has_calls
+        if delta is not None:
+            self.deltas += 1
+            self.longer += delta > 0
+        self.identical += identical
+        if margin is not None:
+            self.n_margins += 1
+            self.margin_sum += margin
+        if body is not None:  # None: a worker process already wrote the line
+            self.spool.write(body)
+        self.n_out += 1
+
+
+def _export_pairs_chunk(path, chunk, plan, part):
+    """A worker task: the outcomes of a chunk of a pairs file, their lines written to ``part``."""
+    from .parallel import chunk_rows
+
+    outcomes = []
+    try:
+        with open(part, "wb", buffering=1 << 20) as out:
+            for _, _, item in chunk_rows(path, chunk):
+                outcome = _pair_outcome(item, plan)
+                if isinstance(outcome, tuple):
+                    out.write(outcome[2] + b"\n")
+                    outcome = (outcome[0], outcome[1], None)
+                outcomes.append(outcome)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(part)
+        raise
+    return outcomes, part
+
+
+def _run_pairs(src, plan, tally, spool, dest, workers):
+    """Feed every pair's outcome to the tally: in this process, or over worker processes for a big file."""
+    if src.hashed is not None and dest is not None:
+        from .parallel import WorkerPool, line_chunks, workers_for
+
+        n = workers_for(src.path, workers)
+        if n > 1:
+            with WorkerPool(n) as pool:
+                jobs = ((chunk, plan, spool.part(k)) for k, chunk in enumerate(line_chunks(src.path, src.hashed.sha256)))
+                for outcomes, part in pool.ordered(_export_pairs_chunk, src.path, jobs):
+                    for outcome in outcomes:
+                        tally.consume(outcome)
+                    spool.append_part(part)
+            return
+    for item in src.rows:
+        tally.consume(_pair_outcome(item, plan))
+
+
 def export_preference(pairs, output=None, *, system_prompt=None, tools=None, strip_think=True, validate=True,
-                      drop_ties=True, format="openai", progress=None):
-    """Spec 7 + DECISIONS 12: export chosen/rejected pairs behind the round-trip and leak gates."""
+                      drop_ties=True, format="openai", progress=None, workers=None):
+    """Spec 7 + DECISIONS 12: export chosen/rejected pairs behind the round-trip and leak gates.
+
+    ``workers`` (ours): processes for a large JSONL path source, as for ``export_dataset``.
+    """
     started = time.perf_counter()
     check_format(format)
     src = _pair_source(pairs, system_prompt, tools)
     dest = Path(output) if output else None
     if dest is not None and src.path is not None:
         refuse_source(dest, src.path)
-    trl = format == "trl"
-    roundtrip, leaks = RoundtripGate(format), LeakGate()
-    schema = SchemaCheck("export_preference")
-    n_entries = skipped = bad = ties = dropped = n_out = rejected_quoting = 0
-    deltas = longer = identical = rows_with_calls = 0
-    margins = []
+    plan = _PairPlan(src.system, src.tools, strip_think, drop_ties, format)
     spool = Spool(dest)
     try:
-        for item in src.rows:
-            tick(progress, n_entries + skipped + 1)
-            if not isinstance(item, dict):
-                skipped += 1
-                continue
-            n_entries += 1
-            if not (isinstance(item.get("chosen"), dict) and isinstance(item.get("rejected"), dict)):
-                bad += 1
-                continue
-            if bad:
-                continue
-            if drop_ties and item.get("tie"):
-                ties += 1
-                continue
-            entry = {"prompt": item.get("prompt")}
-            for side in ("chosen", "rejected"):
-                row = item[side]
-                entry[side] = to_wire(row.get("messages") or conversation(row), system=src.system,
-                                      strip_think=strip_think)
-            if src.tools:
-                entry["tools"] = list(src.tools)
-            for key in PAIR_KEYS:
-                value = item.get(key)
-                if value is not None:
-                    entry[key] = scrub(value)
-            stamp(entry)
-            if trl:
-                entry = trl_preference_row(entry)
-                if entry is None:
-                    dropped += 1
-                    continue
-            schema.add(n_out, preference_problems(entry))
-            if schema.bad:
-                n_out += 1
-                continue
-            roundtrip.add(2 * n_out, entry["chosen"])
-            roundtrip.add(2 * n_out + 1, entry["rejected"])
-            leaks.add(item["chosen"])
-            if leak_verdict(item["rejected"]):
-                rejected_quoting += 1
-            rows_with_calls += has_tool_calls(entry["chosen"]) or has_tool_calls(entry["rejected"])
-            delta = entry.get("length_delta")
-            if isinstance(delta, int):
-                deltas += 1
-                longer += delta > 0
-            if entry.get("first_turn_differs") is False:
-                identical += 1
-            margin = entry.get("margin")
-            if isinstance(margin, (int, float)):
-                margins.append(margin)
-            spool.write(dumps(entry))
-            n_out += 1
+        tally = _PairTally(format, spool, progress)
+        _run_pairs(src, plan, tally, spool, dest, workers)
+        t = tally
+        n_entries, skipped, bad, ties, dropped, n_out = t.n_entries, t.skipped, t.bad, t.ties, t.dropped, t.n_out
+        rejected_quoting, deltas, longer, identical = t.rejected_quoting, t.deltas, t.longer, t.identical
+        rows_with_calls, roundtrip, leaks, schema = t.rows_with_calls, t.roundtrip, t.leaks, t.schema
         if progress is not None:
             progress(n_entries + skipped)
         if bad:
@@ -121,8 +222,8 @@ def export_preference(pairs, output=None, *, system_prompt=None, tools=None, str
         if identical:
             report["first_turn_identical"] = identical
             report.setdefault("warnings", []).append(first_turn_note(identical, n_out))
-        if margins:
-            report["mean_margin"] = round(sum(margins) / len(margins), 4)
+        if t.n_margins:
+            report["mean_margin"] = round(t.margin_sum / t.n_margins, 4)
         if leaks.n_leaked:
             report.setdefault("warnings", []).append(
                 f"{leaks.n_leaked} of {leaks.n_checked} chosen replies quote their own privileged context and are "

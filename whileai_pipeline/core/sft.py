@@ -105,7 +105,7 @@ class _SftTally:
         self.source_path = source_path
         self.prescan = None
         self.groups = GroupStats() if plan.grouping else None
-        self.row_groups = array.array("i")  # group of each written row
+        self.row_groups = array.array("i")  # group of each written row, to splice (no pre-scan)
         self.roundtrip, self.leaks = RoundtripGate(plan.format), LeakGate()
         self.schema = SchemaCheck("training_rows")
         self.rewards = {"n_pass": 0, "n_fail": 0, "n_ungraded": 0}
@@ -117,6 +117,7 @@ class _SftTally:
         """Take every row's group from a pre-scan: lines are then written final, as they come."""
         if prescan is not None:
             self.prescan, self.groups = prescan, prescan.groups
+            self.written_seen = bytearray(len(prescan.groups))  # a flag per group, not a group per row
 
     def consume(self, outcome, line=None):
         """Add one source row's outcome; ``line`` is its line number when the source is a file."""
@@ -154,13 +155,19 @@ class _SftTally:
             self.rewards[reward_class] += 1
             if body is not None:  # None: a worker process already serialized the line
                 self.spool.write(body, tail, self.prescan.suffix(g) if self.prescan is not None else None)
-            self.row_groups.append(g)
+            if self.prescan is not None:
+                if g >= 0:
+                    self.written_seen[g] = 1
+            else:
+                self.row_groups.append(g)
             self.n_out += 1
 
     def written_group_count(self):
         """Distinct groups among the rows written (TRL drops rows, DECISIONS 16)."""
         if self.groups is None or not self.groups.active:
             return 0
+        if self.prescan is not None:
+            return self.written_seen.count(1)
         seen = bytearray(len(self.groups))
         for g in self.row_groups:
             if g >= 0:
