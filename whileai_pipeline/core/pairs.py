@@ -383,16 +383,17 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
     from .parallel import WorkerPool, line_chunks, map_row_offsets, workers_for
 
     offsets = array.array("q")
+    n = workers_for(source, workers)
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(WorkerPool(n)) if n > 1 else None  # one pool for both passes
 
-    def summaries():
-        n = workers_for(source, workers)
-        if n == 1:
-            for index, (offset, row) in enumerate(iter_jsonl_offsets(source)):
-                tick(progress, index + 1)
-                offsets.append(offset)
-                yield summarize(index, row)
-            return
-        with WorkerPool(n) as pool:
+        def summaries():
+            if pool is None:
+                for index, (offset, row) in enumerate(iter_jsonl_offsets(source)):
+                    tick(progress, index + 1)
+                    offsets.append(offset)
+                    yield summarize(index, row)
+                return
             jobs = ((chunk, summary_fields, None) for chunk in line_chunks(source))
             for results in pool.ordered(map_row_offsets, source, jobs):
                 for offset, fields in results:
@@ -401,37 +402,39 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
                     tick(progress, index + 1)
                     yield RowSummary(index, *fields) if fields is not None else None
 
-    plan, seen, contrast = plan_pairs(summaries(), max_pairs_per_prompt=max_pairs_per_prompt,
-                                      min_margin=min_margin, length_match=length_match)
-    if progress is not None:
-        progress(len(offsets))
-    digest = hashlib.sha256()
-    jobs = [(c, r, offsets[c.index], offsets[r.index]) for c, r in plan]
-    n = workers_for(source, workers)
-    with atomic_file(output) as out:
-        if n == 1 or len(jobs) < 2 * PAIRS_PER_TASK:
-            for line in _pair_lines(source, jobs):
-                digest.update(line)
-                out.write(line)
-        else:
-            # parts are named like every temp file beside the output: a crashed run's are cleaned later
-            prefix = os.path.join(os.path.dirname(os.path.abspath(output)), f".{os.path.basename(output)}.{os.getpid()}.")
-            tasks = ((jobs[k:k + PAIRS_PER_TASK], f"{prefix}pairs{k}.part.tmp")
-                     for k in range(0, len(jobs), PAIRS_PER_TASK))
-            try:
-                with WorkerPool(n) as pool:
-                    for part in pool.ordered(write_pairs_part, source, tasks):
-                        _append(part, out, digest)
-            finally:
-                for part in glob.glob(glob.escape(prefix) + "pairs*.part.tmp"):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(part)
+        plan, seen, contrast = plan_pairs(summaries(), max_pairs_per_prompt=max_pairs_per_prompt,
+                                          min_margin=min_margin, length_match=length_match)
+        if progress is not None:
+            progress(len(offsets))
+        digest = hashlib.sha256()
+        jobs = [(c, r, offsets[c.index], offsets[r.index]) for c, r in plan]
+        with atomic_file(output) as out:
+            if pool is None or len(jobs) < 2 * PAIRS_PER_TASK:
+                for line in _pair_lines(source, jobs):
+                    digest.update(line)
+                    out.write(line)
+            else:
+                _write_pairs_over(pool, source, jobs, output, out, digest)
     report = pairs_report(plan, seen, contrast, min_margin)
     report.update(path=str(output), n_written=len(plan), sha256=digest.hexdigest())
     return report
 
 
 PAIRS_PER_TASK = 500
+
+
+def _write_pairs_over(pool, source, jobs, output, out, digest):
+    """Pass 2 over worker processes: runs of pairs go to part files, appended here in order."""
+    # parts are named like every temp file beside the output, so a crashed run's are cleaned later
+    prefix = os.path.join(os.path.dirname(os.path.abspath(output)), f".{os.path.basename(output)}.{os.getpid()}.")
+    tasks = ((jobs[k:k + PAIRS_PER_TASK], f"{prefix}pairs{k}.part.tmp") for k in range(0, len(jobs), PAIRS_PER_TASK))
+    try:
+        for part in pool.ordered(write_pairs_part, source, tasks):
+            _append(part, out, digest)
+    finally:
+        for part in glob.glob(glob.escape(prefix) + "pairs*.part.tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(part)
 
 
 def _pair_lines(source, jobs):
