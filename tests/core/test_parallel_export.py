@@ -122,3 +122,19 @@ def test_preference_workers_give_identical_bytes(tmp_path, monkeypatch, fmt):
     with pytest.raises(wai.PrivilegedLeakError):
         wai.export_preference(tmp_path / "pairs.jsonl", tmp_path / "three.jsonl", workers=2, format=fmt)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.jsonl", "pairs.jsonl", "run.jsonl", "two.jsonl"]
+
+
+def test_a_script_piped_to_python_runs_in_one_process_instead_of_a_broken_pool(tmp_path):
+    """Spawned workers re-import ``__main__``; ``python -`` has none, so the export must not use them."""
+    import subprocess
+    import sys
+
+    src = _run(tmp_path / "run.jsonl", n=60, bad_arguments=False)
+    script = (f"import whileai_pipeline.simulations as wai\n"
+              f"r = wai.export_dataset({str(src)!r}, {str(tmp_path / 'out.jsonl')!r}, workers=2)\n"
+              f"print('rows', r['n'])\n")
+    proc = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["rows", "60"]
+    one = wai.export_dataset(src, tmp_path / "one.jsonl", workers=1)
+    assert one["sha256"] == hashlib.sha256((tmp_path / "out.jsonl").read_bytes()).hexdigest()

@@ -12,6 +12,7 @@ import collections
 import concurrent.futures as cf
 import multiprocessing
 import os
+import sys
 from dataclasses import dataclass
 
 from .jsonl import _BLANK, parse_line, splice
@@ -32,18 +33,37 @@ class Chunk:
 
 
 def workers_for(path, requested=None) -> int:
-    """How many processes to use: the request, else $WHILEAI_PIPELINE_WORKERS, else by size and cores."""
+    """How many processes to use: the request, else $WHILEAI_PIPELINE_WORKERS, else by size and cores.
+
+    Always one when workers could not start (``spawn_can_start``).
+    """
     if requested is None and os.environ.get(ENV_WORKERS):
         requested = int(os.environ[ENV_WORKERS])
     if requested is not None:
-        return max(1, int(requested))
+        n = max(1, int(requested))
+        return n if n == 1 or spawn_can_start() else 1
     try:
         size = os.path.getsize(path)
     except OSError:
         return 1
-    if size < MIN_PARALLEL_BYTES:
+    if size < MIN_PARALLEL_BYTES or not spawn_can_start():
         return 1
     return max(1, min(len(os.sched_getaffinity(0)), 4))
+
+
+def spawn_can_start() -> bool:
+    """Whether a spawned worker can import this program's ``__main__`` (it re-imports it on start).
+
+    A script read from stdin (``python -``) has no file to import, and its workers would die at once;
+    such a caller gets one process instead of a broken pool.
+    """
+    main = sys.modules.get("__main__")
+    if getattr(main, "__spec__", None) is not None:
+        return True
+    path = getattr(main, "__file__", None)
+    if path is None:
+        return True
+    return os.path.isfile(os.path.join(multiprocessing.process.ORIGINAL_DIR or "", path))
 
 
 def line_chunks(path, hasher=None, chunk_bytes=None):
