@@ -138,3 +138,21 @@ def test_a_script_piped_to_python_runs_in_one_process_instead_of_a_broken_pool(t
     assert proc.stdout.split() == ["rows", "60"]
     one = wai.export_dataset(src, tmp_path / "one.jsonl", workers=1)
     assert one["sha256"] == hashlib.sha256((tmp_path / "out.jsonl").read_bytes()).hexdigest()
+
+
+def _export_in_child(src, out, workers):
+    wai.export_dataset(src, out, workers=workers)
+
+
+def test_a_daemonic_caller_runs_in_one_process(tmp_path):
+    """A multiprocessing.Pool worker is daemonic and may not start processes of its own."""
+    import multiprocessing
+
+    src = _run(tmp_path / "run.jsonl", n=60, bad_arguments=False)
+    child = multiprocessing.get_context("spawn").Process(
+        target=_export_in_child, args=(str(src), str(tmp_path / "out.jsonl"), 2), daemon=True)
+    child.start()
+    child.join(120)
+    assert child.exitcode == 0
+    one = wai.export_dataset(src, tmp_path / "one.jsonl", workers=1)
+    assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "out.jsonl").read_bytes()

@@ -52,11 +52,14 @@ def workers_for(path, requested=None) -> int:
 
 
 def spawn_can_start() -> bool:
-    """Whether a spawned worker can import this program's ``__main__`` (it re-imports it on start).
+    """Whether this process may start workers, and they can import its ``__main__`` (they re-import it).
 
-    A script read from stdin (``python -``) has no file to import, and its workers would die at once;
-    such a caller gets one process instead of a broken pool.
+    A daemonic process (a ``multiprocessing.Pool`` worker, say) may not have children, and a script
+    read from stdin (``python -``) has no file to import, so its workers would die at once; such a
+    caller gets one process instead of an error or a broken pool.
     """
+    if multiprocessing.current_process().daemon:
+        return False
     main = sys.modules.get("__main__")
     if getattr(main, "__spec__", None) is not None:
         return True
