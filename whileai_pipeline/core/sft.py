@@ -186,9 +186,13 @@ def _group_suffixes(groups, row_groups):
     last_g, last = None, b""
     for g in row_groups:
         if g != last_g:  # rollouts of one task usually sit together: serialize their fields once
-            last_g = g
-            last = b"," + dumps(groups.fields(g))[1:-1] if g >= 0 else b""
+            last_g, last = g, _fields_suffix(groups, g)
         yield last
+
+
+def _fields_suffix(groups, g):
+    """Group ``g``'s fields as bytes to splice onto the end of a serialized row (``b""`` for none)."""
+    return b"," + dumps(groups.fields(g))[1:-1] if g >= 0 else b""
 
 
 class _Prescan:
@@ -250,10 +254,10 @@ class _Prescan:
 
     def suffix(self, g):
         """Group ``g``'s fields as bytes to splice onto a line (``b""`` for none)."""
-        if g < 0 or not self.groups.active:
+        if not self.groups.active:
             return b""
         if self._last[0] != g:  # rollouts of one task usually sit together: serialize their fields once
-            self._last = (g, b"," + dumps(self.groups.fields(g))[1:-1])
+            self._last = (g, _fields_suffix(self.groups, g))
         return self._last[1]
 
     def chunk_suffixes(self):
@@ -281,7 +285,7 @@ def _rereadable(rows):
         return False
 
 
-def _run_pass(src, plan, tally, spool, dest, prescan_wanted, workers):
+def _run_pass(src, plan, tally, spool, prescan_wanted, workers):
     """Feed every row's outcome to the tally: in this process, or over worker processes for big files."""
     if src.hashed is None:
         prescan = _Prescan.of_rows(src.rows) if prescan_wanted else None
@@ -308,13 +312,12 @@ def _run_pass(src, plan, tally, spool, dest, prescan_wanted, workers):
             prescan = None
             chunks = ((chunk, None) for chunk in chunks)
         tally.use(prescan)
-        jobs = ((chunk, _sft_outcome, plan, spool.part(k) if dest else os.devnull, suffixes)
-                for k, (chunk, suffixes) in enumerate(chunks))
+        # a path source always has a destination (<name>.train.jsonl by default)
+        jobs = ((chunk, _sft_outcome, plan, spool.part(k), suffixes) for k, (chunk, suffixes) in enumerate(chunks))
         for outcomes, part in pool.ordered(export_chunk, src.path, jobs):
             for line, outcome in outcomes:
                 tally.consume(outcome, line)
-            if dest is not None:
-                spool.append_part(part)
+            spool.append_part(part)
 
 
 def export_dataset(source, output=None, *, system_prompt=None, tools=None, strip_think=True, validate=True,
@@ -340,7 +343,7 @@ def export_dataset(source, output=None, *, system_prompt=None, tools=None, strip
     spool = Spool(dest, final_lines=prescan_wanted or not plan.grouping)
     try:
         tally = _SftTally(plan, spool, src.path, progress)
-        _run_pass(src, plan, tally, spool, dest, prescan_wanted, workers)
+        _run_pass(src, plan, tally, spool, prescan_wanted, workers)
         if stamp is not None and _file_stamp(src.path) != stamp:
             raise ExportError(f"source_changed: {src.path} changed while it was being exported; nothing was "
                               "written. Export again once the file is complete.")
