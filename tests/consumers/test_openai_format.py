@@ -400,3 +400,31 @@ def test_run_validate_prints_and_returns_exit_codes(tmp_path):
     assert digest["first_problems"][0].endswith("OpenAI wants arguments as a JSON string, got object "
                                                 "(export format='openai')")
     json.dumps(digest)  # metadata-safe
+
+
+@pytest.mark.parametrize("strict_keys", [False, True])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_workers_give_the_same_report(tmp_path, monkeypatch, fmt, strict_keys):
+    """A file read by worker processes (many tiny chunks) gets the report one process gives."""
+    from whileai_pipeline.core import parallel
+
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 700)
+    good = json.dumps(dict(openai_good(), reward=1)).encode()
+    bad_args = openai_good()
+    bad_args["messages"][2]["tool_calls"][0]["function"]["arguments"] = "{oops"
+    lines = []
+    for i in range(90):
+        lines.append([good, good + b"\r", b"", b"{not json", b"[1]", json.dumps(bad_args).encode(),
+                      json.dumps(dict(trl_messages_good(), scenario_id=i)).encode(), b'{"messages": "\xff"}',
+                      json.dumps(trl_completion_good()).encode()][i % 9])
+    path = tmp_path / "messy.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b"\n".join(lines) + b"\n\n" + good)  # ends without a newline
+    one = validate_file(path, fmt, strict_keys=strict_keys, max_problems=500, workers=1)
+    two = validate_file(path, fmt, strict_keys=strict_keys, max_problems=500, workers=2)
+    assert one == two
+    assert one["rows"] == 81  # 90 lines, 10 of them blank, and the last one
+    assert one["problems"][0]["line"] == 1
+    if fmt == "openai":
+        assert one["extra_keys"]["reward"]["first_line"] == 1
+        assert one["extra_keys"]["scenario_id"]["first_line"] == 7
+    assert {"blank_line", "bad_json", "not_utf8", "crlf", "bom"} <= set(one["counts"])

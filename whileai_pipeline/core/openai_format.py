@@ -493,15 +493,11 @@ class _Report:
         self.extra_keys: dict[str, dict] = {}
         self.first_shape = None
 
-    def add(self, line, problems, *, row=True):
-        errored = False
+    def add(self, line, problems, *, row=True, errored=False):
+        """Count one line's problems (``errored``: it already had an error the caller took out)."""
         for p in problems:
             if p["code"] == "extra_keys":  # one entry per key, not one per row
-                seen = self.extra_keys.get(p["where"])
-                if seen is None:
-                    self.extra_keys[p["where"]] = {"first_line": line, "rows": 1, "severity": p["severity"]}
-                else:
-                    seen["rows"] += 1
+                _count_extra_key(self.extra_keys, line, p)
                 errored = errored or p["severity"] == "error"
                 continue
             self.counts[p["code"]] += 1
@@ -512,19 +508,46 @@ class _Report:
         if errored and row:
             self.rows_with_errors += 1
 
+    def merge_extra_keys(self, extra_keys):
+        """Fold in the per-key entries of a later part of the file (a worker's chunk)."""
+        for key, entry in extra_keys.items():
+            seen = self.extra_keys.get(key)
+            if seen is None:
+                self.extra_keys[key] = dict(entry)
+            else:
+                seen["rows"] += entry["rows"]
+
+    def replay(self, line, event):
+        """Count one line's findings (an event of ``_line_findings``)."""
+        kind = event[0]
+        if kind == "then":
+            self.add(line, event[1], row=False)
+            self.replay(line, event[2])
+        elif kind == "lines":
+            for problems in event[1:]:
+                if problems:
+                    self.add(line, problems, row=False)
+        elif kind == "counted":
+            self.rows += 1
+            self.add(line, event[1], errored=event[2])
+        else:
+            self.shaped(line, event[1], event[2], errored=event[3])
+
     def row(self, line, row, strict_keys, before=()):
-        self.rows += 1
         shape, problems = validate_row(row, self.fmt, strict_keys=strict_keys)
-        problems = [*before, *problems]
+        self.shaped(line, shape, [*before, *problems])
+
+    def shaped(self, line, shape, problems, errored=False):
+        self.rows += 1
         self.shapes[shape] += 1
         if shape != "unknown":
             if self.first_shape is None:
                 self.first_shape = (shape, line)
             elif shape != self.first_shape[0]:
-                problems.append({"severity": "error", "code": "mixed_shapes", "where": "",
-                                 "message": f"a {shape} row in a file whose line {self.first_shape[1]} "
-                                            f"is a {self.first_shape[0]} row"})
-        self.add(line, problems)
+                problems = [*problems, {"severity": "error", "code": "mixed_shapes", "where": "",
+                                        "message": f"a {shape} row in a file whose line {self.first_shape[1]} "
+                                                   f"is a {self.first_shape[0]} row"}]
+        self.add(line, problems, errored=errored)
 
     def finish(self, path=None) -> dict:
         notes = []
@@ -571,53 +594,104 @@ def validate_rows(rows, format="openai", *, max_problems=50, strict_keys=False) 
     return report.finish()
 
 
-def validate_file(path, format="openai", *, max_problems=50, strict_keys=False) -> dict:
+def validate_file(path, format="openai", *, max_problems=50, strict_keys=False, workers=None) -> dict:
     """Validate a JSONL training file for ``format`` ("openai" or "trl"); never raises on bad content.
 
     Returns a report dict: ``ok`` (no errors), ``format``, ``path``, ``rows``, ``rows_with_errors``,
     ``shapes`` (rows per detected shape), ``errors``, ``warnings``, ``counts`` (problems per code),
     ``problems`` (the first ``max_problems``: ``line``, ``severity``, ``code``, ``where``, ``message``),
     ``problems_truncated``, ``extra_keys`` (key -> first line, rows, severity), ``notes`` and
-    ``checked_for``. A missing file raises ``FileNotFoundError``.
+    ``checked_for``. A missing file raises ``FileNotFoundError``. A big file is read by worker
+    processes (``workers`` as for ``export_dataset``); the report is the same.
     """
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
     path = Path(path)
     report = _Report(format, max_problems)
-    with open(path, "rb") as fh:
-        for line_no, raw in enumerate(fh, 1):
-            before = []
-            if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                before.append({"severity": "error", "code": "bom", "where": "",
-                               "message": "the file starts with a UTF-8 byte-order mark"})
-                raw = raw[3:]
-            body = raw.rstrip(b"\n")
-            if body.endswith(b"\r"):
-                report.add(line_no, [{"severity": "warning", "code": "crlf", "where": "",
-                                      "message": "the line ends with CRLF; write LF line endings"}], row=False)
-                body = body[:-1]
-            if not body.strip():
-                report.add(line_no, [{"severity": "error", "code": "blank_line", "where": "",
-                                      "message": "a blank line: JSONL has one JSON object per line"}],
-                           row=False)
-                continue
-            try:
-                body.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                report.rows += 1
-                reason = f"the line is not UTF-8 ({exc.reason} at byte {exc.start})"
-                report.add(line_no, [*before, {"severity": "error", "code": "not_utf8", "where": "",
-                                               "message": reason}])
-                continue
-            try:
-                row = orjson.loads(body)
-            except orjson.JSONDecodeError as exc:
-                report.rows += 1
-                report.add(line_no, [*before, {"severity": "error", "code": "bad_json", "where": "",
-                                               "message": f"not strict JSON: {exc}"}])
-                continue
-            report.row(line_no, row, strict_keys, before)
+    from .parallel import WorkerPool, line_chunks, workers_for  # noqa: PLC0415 (only files need it)
+
+    n = workers_for(path, workers) if path.is_file() else 1
+    if n == 1:
+        with open(path, "rb") as fh:
+            for line_no, raw in enumerate(fh, 1):
+                report.replay(line_no, _line_findings(line_no, raw, format, strict_keys, report.extra_keys))
+        return report.finish(path)
+    with WorkerPool(n) as pool:
+        jobs = ((chunk, format, strict_keys) for chunk in line_chunks(path))
+        for findings, extra_keys in pool.ordered(_validate_chunk, path, jobs):
+            report.merge_extra_keys(extra_keys)
+            for line_no, event in findings:
+                report.replay(line_no, event)
     return report.finish(path)
+
+
+def _validate_chunk(path, chunk, format, strict_keys):
+    """A worker task: the findings of a chunk's lines, its per-key entries counted apart (they are many)."""
+    with open(path, "rb") as fh:
+        fh.seek(chunk.start)
+        lines = fh.read(chunk.end - chunk.start).split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()  # the newline that ends the chunk starts no line
+    extra_keys = {}
+    findings = [(line_no, _line_findings(line_no, raw, format, strict_keys, extra_keys))
+                for line_no, raw in enumerate(lines, chunk.first_line)]
+    return findings, extra_keys
+
+
+def _line_findings(line_no, raw, format, strict_keys, extra_keys):
+    """What one raw line adds to a report, as an event for ``_Report.replay``.
+
+    Its ``extra_keys`` problems (one per key per row, most of a row's findings) are counted into
+    ``extra_keys`` here and replaced by a flag saying whether one of them was an error.
+    """
+    before = []
+    if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
+        before.append({"severity": "error", "code": "bom", "where": "",
+                       "message": "the file starts with a UTF-8 byte-order mark"})
+        raw = raw[3:]
+    body = raw.rstrip(b"\n")
+    if body.endswith(b"\r"):
+        crlf = [{"severity": "warning", "code": "crlf", "where": "",
+                 "message": "the line ends with CRLF; write LF line endings"}]
+        body = body[:-1]
+    else:
+        crlf = None
+    if not body.strip():
+        return ("lines", crlf, [{"severity": "error", "code": "blank_line", "where": "",
+                                 "message": "a blank line: JSONL has one JSON object per line"}])
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        reason = f"the line is not UTF-8 ({exc.reason} at byte {exc.start})"
+        return _then(crlf, ("counted", [*before, {"severity": "error", "code": "not_utf8", "where": "",
+                                                  "message": reason}], False))
+    try:
+        row = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return _then(crlf, ("counted", [*before, {"severity": "error", "code": "bad_json", "where": "",
+                                                  "message": f"not strict JSON: {exc}"}], False))
+    shape, problems = validate_row(row, format, strict_keys=strict_keys)
+    kept, errored = [], False
+    for p in problems:
+        if p["code"] == "extra_keys":
+            _count_extra_key(extra_keys, line_no, p)
+            errored = errored or p["severity"] == "error"
+        else:
+            kept.append(p)
+    return _then(crlf, ("row", shape, [*before, *kept], errored))
+
+
+def _then(crlf, event):
+    """A CRLF warning (a line of its own in the report) comes before the line's other findings."""
+    return event if crlf is None else ("then", crlf, event)
+
+
+def _count_extra_key(extra_keys, line, problem):
+    seen = extra_keys.get(problem["where"])
+    if seen is None:
+        extra_keys[problem["where"]] = {"first_line": line, "rows": 1, "severity": problem["severity"]}
+    else:
+        seen["rows"] += 1
 
 
 def format_report(report: dict, *, limit: int = 20) -> str:
