@@ -156,3 +156,16 @@ def test_a_daemonic_caller_runs_in_one_process(tmp_path):
     assert child.exitcode == 0
     one = wai.export_dataset(src, tmp_path / "one.jsonl", workers=1)
     assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "out.jsonl").read_bytes()
+
+
+def test_reward_statistics_over_workers_equal_one_process(tmp_path, monkeypatch):
+    """The pipeline's reward pictures of a big export source: the same tallies from worker processes."""
+    from whileai_pipeline.core.scoring import score_stats_of_file
+
+    src = _run(tmp_path / "run.jsonl", n=300, interleave=True)
+    with open(src, "ab") as fh:
+        fh.write(b"[1, 2]\n" + dumps({"task_id": "t", "reward": 7.5}) + b"\n" + dumps({"reward": "0.3"}) + b"\n")
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 2048)
+    one, two = score_stats_of_file(src, workers=1), score_stats_of_file(src, workers=2)
+    assert vars(one) == vars(two)
+    assert one.n == 302 and one.out_of_range == 1 and len(one.groups) == 9

@@ -158,6 +158,34 @@ def resolve_scorer(spec: str = "existing") -> Scorer:
     return Scorer(spec, _wrap_callable(load_callable(spec), spec))
 
 
+def score_facts(row, _=None):
+    """What ``ScoreStats`` reads of a row: (its raw reward, its group key); None for a non-object.
+
+    Small and picklable, so worker processes can read a big file and send these back.
+    """
+    if not isinstance(row, dict):
+        return None
+    return row.get("reward"), str(row.get("scenario_id") or row.get("task_id") or row.get("prompt") or "")
+
+
+def score_stats_of_file(path, workers=None):
+    """``ScoreStats`` over a JSONL file's rows, read by worker processes when the file is big."""
+    from .jsonl import iter_jsonl
+    from .parallel import WorkerPool, line_chunks, map_rows, workers_for
+
+    stats = ScoreStats()
+    n = workers_for(path, workers)
+    if n == 1:
+        for _, row in iter_jsonl(path):
+            stats.add(row)
+        return stats
+    with WorkerPool(n) as pool:
+        for facts in pool.ordered(map_rows, path, ((chunk, score_facts, None) for chunk in line_chunks(path))):
+            for item in facts:
+                stats.add_facts(item)
+    return stats
+
+
 class ScoreStats:
     """Running tallies over scored rows: verdict counts, mean reward, histogram, per-group rates."""
 
@@ -173,12 +201,17 @@ class ScoreStats:
         self.groups = {}
 
     def add(self, row):
-        if not isinstance(row, dict):
+        self.add_facts(score_facts(row))
+
+    def add_facts(self, facts):
+        """Count one row from its ``score_facts`` (None for a line that is not an object)."""
+        if facts is None:
             return
+        raw_reward, key = facts
         self.n += 1
-        v = verdict(row.get("reward"))
+        v = verdict(raw_reward)
         self.counts[v] += 1
-        reward = numeric_reward(row.get("reward"))
+        reward = numeric_reward(raw_reward)
         if reward is not None and math.isfinite(reward):
             self.total += reward
             self.graded += 1
@@ -186,7 +219,6 @@ class ScoreStats:
                 self.histogram[min(int(reward * self.BINS), self.BINS - 1)] += 1
             else:
                 self.out_of_range += 1
-        key = str(row.get("scenario_id") or row.get("task_id") or row.get("prompt") or "")
         group = self.groups.setdefault(key, {"pass": 0, "fail": 0, "ungraded": 0})
         group[v] += 1
 

@@ -19,7 +19,8 @@ from whileai_pipeline.core.errors import BadJsonlError, ExportError
 from whileai_pipeline.core.jsonl import _BLANK, atomic_file, dumps_line, iter_jsonl, parse_line, sha256_file, write_jsonl
 from whileai_pipeline.core.pairs import build_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
-from whileai_pipeline.core.scoring import ScoreStats, ScorerError, load_callable, resolve_scorer, verdict
+from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callable, resolve_scorer, score_stats_of_file,
+                                           verdict)
 
 from .config import DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreConfig, SftExportConfig
 from .partitions import simulation_runs
@@ -327,11 +328,14 @@ def preference_pairs(
 
 # --------------------------------------------------------------------------- 4/5. exports
 
-def _reward_pictures(rows):
+def _reward_pictures(rows=None, *, path=None):
     """Reward histogram and pass rate by group of the rows an export carries (markdown for the UI)."""
-    stats = ScoreStats()
-    for row in rows:
-        stats.add(row)
+    if path is not None:
+        stats = score_stats_of_file(path)
+    else:
+        stats = ScoreStats()
+        for row in rows:
+            stats.add(row)
     return {
         "reward_histogram": dg.MetadataValue.md(stats.histogram_markdown()),
         "group_pass_rates": dg.MetadataValue.md(stats.groups_markdown()),
@@ -458,7 +462,7 @@ def sft_export(
     except (ExportError, ValueError) as exc:
         discard(cand_dir)
         raise _library_failure(exc, "export_dataset") from None
-    pictures = _reward_pictures(row for _, row in iter_jsonl(source))
+    pictures = _reward_pictures(path=source)
     return _finish_export(context, storage, "sft", formats, candidates, reports, config.validate_gates, cand_dir,
                           pictures)
 
