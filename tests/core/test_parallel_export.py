@@ -169,3 +169,23 @@ def test_reward_statistics_over_workers_equal_one_process(tmp_path, monkeypatch)
     one, two = score_stats_of_file(src, workers=1), score_stats_of_file(src, workers=2)
     assert vars(one) == vars(two)
     assert one.n == 302 and one.out_of_range == 1 and len(one.groups) == 9
+
+
+@pytest.mark.parametrize("scorer", ["existing", "reference_match"])
+def test_scoring_over_workers_writes_the_same_file(tmp_path, monkeypatch, scorer):
+    """The pipeline's scored stage for a big run: built-in scorers over workers, the same bytes and tallies."""
+    from whileai_pipeline.core.scoring import ScoreStats, resolve_scorer, score_file
+
+    src = _run(tmp_path / "run.jsonl", n=300, interleave=True)
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 2048)
+    results = {}
+    for workers in (1, 2):
+        stats, dest, seen = ScoreStats(), tmp_path / f"scored{workers}.jsonl", []
+        with open(dest, "wb") as out:
+            sha = score_file(src, out, resolve_scorer(scorer), stats, dest=dest, progress=seen.append,
+                             workers=workers)
+        assert sha == hashlib.sha256(dest.read_bytes()).hexdigest()
+        results[workers] = (dest.read_bytes(), vars(stats))
+        assert sorted(p.name for p in tmp_path.iterdir() if "part" in p.name) == []
+    assert results[1] == results[2]
+    assert results[2][1]["n"] == 300 and seen[-1] == 300

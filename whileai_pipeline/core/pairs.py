@@ -7,7 +7,6 @@ attaches the rows the plan names.
 
 import array
 import contextlib
-import glob
 import hashlib
 import json
 import math
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 
 from .conversation import conversation
 from .gates import scrub
+from .parallel import PartFiles
 from .progress import tick
 from .text import normalize, text
 
@@ -425,16 +425,10 @@ PAIRS_PER_TASK = 500
 
 def _write_pairs_over(pool, source, jobs, output, out, digest):
     """Pass 2 over worker processes: runs of pairs go to part files, appended here in order."""
-    # parts are named like every temp file beside the output, so a crashed run's are cleaned later
-    prefix = os.path.join(os.path.dirname(os.path.abspath(output)), f".{os.path.basename(output)}.{os.getpid()}.")
-    tasks = ((jobs[k:k + PAIRS_PER_TASK], f"{prefix}pairs{k}.part.tmp") for k in range(0, len(jobs), PAIRS_PER_TASK))
-    try:
+    with PartFiles(output, "pairs") as parts:
+        tasks = ((jobs[k:k + PAIRS_PER_TASK], parts.name(k)) for k in range(0, len(jobs), PAIRS_PER_TASK))
         for part in pool.ordered(write_pairs_part, source, tasks):
-            _append(part, out, digest)
-    finally:
-        for part in glob.glob(glob.escape(prefix) + "pairs*.part.tmp"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(part)
+            parts.append(part, out, digest)
 
 
 def _pair_lines(source, jobs):
@@ -464,12 +458,3 @@ def write_pairs_part(source, jobs, part):
     return part
 
 
-def _append(part, out, digest):
-    try:
-        with open(part, "rb") as fh:
-            while block := fh.read(1 << 20):
-                digest.update(block)
-                out.write(block)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(part)

@@ -10,6 +10,8 @@ on the GIL for every 64 KB, which made a pipe several times slower than a part f
 
 import collections
 import concurrent.futures as cf
+import contextlib
+import glob
 import multiprocessing
 import os
 import sys
@@ -136,6 +138,40 @@ def export_chunk(path, chunk, fn, plan, part, suffixes=None):
                 outcome = (outcome[0], outcome[1], entries)
             outcomes.append((lineno, outcome))
     return outcomes, part
+
+
+class PartFiles:
+    """Worker part files beside an output, appended in order and removed however the work ends.
+
+    They are named like every temp file beside the output (``.<name>.<pid>.…tmp``), so a crashed
+    run's leftovers are cleaned by the next writer (``jsonl.clean_stale_temps``).
+    """
+
+    def __init__(self, output, kind):
+        output = os.path.abspath(output)
+        self._prefix = os.path.join(os.path.dirname(output), f".{os.path.basename(output)}.{os.getpid()}.{kind}")
+
+    def name(self, k):
+        return f"{self._prefix}{k}.part.tmp"
+
+    def append(self, part, out, digest):
+        """Copy a part into ``out`` (hashing it), then delete it."""
+        try:
+            with open(part, "rb") as fh:
+                while block := fh.read(1 << 20):
+                    digest.update(block)
+                    out.write(block)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(part)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for part in glob.glob(glob.escape(self._prefix) + "*.part.tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(part)
 
 
 class WorkerPool:

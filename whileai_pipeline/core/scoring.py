@@ -15,6 +15,7 @@ the row's own ``label_source`` is kept for ``existing``, otherwise the scorer's 
 model's data can always be traced to the scorer that chose it.
 """
 
+import hashlib
 import importlib
 import math
 import re
@@ -184,6 +185,55 @@ def score_stats_of_file(path, workers=None):
             for item in facts:
                 stats.add_facts(item)
     return stats
+
+
+def score_file(source, out, scorer, stats, *, dest=None, progress=None, workers=None):
+    """Score every row of a JSONL file into the open binary file ``out``; returns the SHA-256 of what it wrote.
+
+    ``stats`` (a ``ScoreStats``) counts the scored rows. A built-in scorer runs over worker processes
+    for a big file (``dest``, the output's path, says where their part files go); a user's
+    ``module:function`` always runs here, once per row in order, as written: it may call a
+    rate-limited service or keep state.
+    """
+    from .jsonl import dumps_line, iter_jsonl
+    from .parallel import PartFiles, WorkerPool, line_chunks, workers_for
+    from .progress import tick
+
+    digest = hashlib.sha256()
+    n = workers_for(source, workers) if scorer.name in BUILTIN_SCORERS and dest is not None else 1
+    if n == 1:
+        for _, row in iter_jsonl(source):
+            tick(progress, stats.n + 1)
+            row = scorer.score_row(row)
+            stats.add(row)
+            line = dumps_line(row)
+            digest.update(line)
+            out.write(line)
+        return digest.hexdigest()
+    with WorkerPool(n) as pool, PartFiles(dest, "scored") as parts:
+        jobs = ((chunk, scorer.name, parts.name(k)) for k, chunk in enumerate(line_chunks(source)))
+        for facts, part in pool.ordered(_score_chunk, source, jobs):
+            for item in facts:
+                stats.add_facts(item)
+            if progress is not None:
+                progress(stats.n)  # once per chunk
+            parts.append(part, out, digest)
+    return digest.hexdigest()
+
+
+def _score_chunk(path, chunk, scorer_name, part):
+    """A worker task: a chunk's rows scored by a built-in scorer into ``part``; their ``score_facts``."""
+    from .jsonl import dumps_line
+    from .parallel import chunk_rows
+
+    scorer = resolve_scorer(scorer_name)
+    facts = []
+    with open(part, "wb", buffering=1 << 20) as out:
+        for _, _, row in chunk_rows(path, chunk):
+            row = scorer.score_row(row)
+            facts.append(score_facts(row))
+            out.write(dumps_line(row))
+    return facts, part
 
 
 class ScoreStats:

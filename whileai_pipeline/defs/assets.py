@@ -19,8 +19,8 @@ from whileai_pipeline.core.errors import BadJsonlError, ExportError
 from whileai_pipeline.core.jsonl import _BLANK, atomic_file, dumps_line, iter_jsonl, parse_line, sha256_file, write_jsonl
 from whileai_pipeline.core.pairs import build_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
-from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callable, resolve_scorer, score_stats_of_file,
-                                           verdict)
+from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callable, resolve_scorer, score_file,
+                                           score_stats_of_file, verdict)
 
 from .config import DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreConfig, SftExportConfig
 from .partitions import simulation_runs
@@ -232,11 +232,7 @@ def scored_simulation_data(
     progress = _progress(context, f"scoring ({scorer.name})")
     try:
         with atomic_file(scored) as out:
-            for _, row in iter_jsonl(raw):
-                tick(progress, stats.n + 1)
-                row = scorer.score_row(row)
-                stats.add(row)
-                out.write(dumps_line(row))
+            scored_sha = score_file(raw, out, scorer, stats, dest=scored, progress=progress)
     except ScorerError as exc:
         raise dg.Failure(description=str(exc)) from None
     progress.close(stats.n)
@@ -253,7 +249,7 @@ def scored_simulation_data(
         "reward_histogram": dg.MetadataValue.md(stats.histogram_markdown()),
         "group_pass_rates": dg.MetadataValue.md(stats.groups_markdown()),
         "stage_path": dg.MetadataValue.path(str(scored)),
-        "sha256": sha256_file(scored),
+        "sha256": scored_sha,
     }
     if stats.mean_reward is not None:
         metadata["mean_reward"] = stats.mean_reward
