@@ -62,10 +62,16 @@ def test_bad_line_in_a_worker_names_file_and_line(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("fmt", ["openai", "trl"])
 @pytest.mark.parametrize("interleave", [False, True])
-def test_every_source_kind_gives_the_same_bytes(tmp_path, monkeypatch, fmt, interleave):
-    """File with workers, file in one process, a list and a one-shot generator (the spliced spool path)."""
+@pytest.mark.parametrize("spill_rows", [None, 7])
+def test_every_source_kind_gives_the_same_bytes(tmp_path, monkeypatch, fmt, interleave, spill_rows):
+    """File with workers, file in one process, a list and a one-shot generator (the spliced spool path);
+    with ``spill_rows`` the per-row group summaries go through their temporary file in tiny blocks."""
+    from whileai_pipeline.core import groups
+
     src = _run(tmp_path / "run.jsonl", interleave=interleave)
     monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
+    if spill_rows:
+        monkeypatch.setattr(groups, "SPILL_ROWS", spill_rows)
     rows = [orjson.loads(line) for line in src.read_bytes().splitlines() if line.strip()]
     opts = dict(format=fmt, validate=False)
     outs = {}
