@@ -1,7 +1,8 @@
 """Group stamping: rollouts of one task get shared reward statistics (spec 3.11).
 
-Kept as compact per-row summaries (a group index and a float per row, in typed arrays) and per-group
-counters, so a streaming export can stamp groups after one pass without holding rows. A task key is
+Kept as compact per-row summaries (a group index and a float per row, in typed arrays, or spilled to
+a temporary file) and per-group counters, so a streaming export can stamp groups after one pass
+without holding rows. A task key is
 identified by the first 64 bits of its SHA-1 (``group_id`` is the first 48 of them, as the spec says):
 two different keys would have to share 64 bits of SHA-1 to be merged.
 """

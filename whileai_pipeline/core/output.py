@@ -141,16 +141,19 @@ class Spool:
 SPLICE_BLOCK = 8 << 20
 
 
-def _splice_segment(path, out, hasher, suffixes, has_tail):
-    """Copy spooled lines to ``out``, each with its group fields spliced in and its tail moved after them."""
+def _splice_segment(path, out, hasher, suffixes, has_tail, block_bytes=SPLICE_BLOCK):
+    """Copy spooled lines to ``out``, each with its group fields spliced in and its tail moved after them.
+
+    ``hasher`` (None for none) sees every byte written."""
     rest = b""
     with open(path, "rb") as fh:
-        while block := fh.read(SPLICE_BLOCK):
+        while block := fh.read(block_bytes):
             data = rest + block if rest else block
             end = data.rfind(b"\n") + 1
             rest = data[end:]
             chunk = _splice_lines(data, end, suffixes, has_tail)
-            hasher.update(chunk)
+            if hasher is not None:
+                hasher.update(chunk)
             out.write(chunk)
     if rest:
         raise ValueError(f"spooled lines of {path} do not end with a newline")  # our own files always do

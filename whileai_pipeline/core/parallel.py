@@ -154,14 +154,11 @@ def splice_part(_source, part, suffixes):
 
     Workers write separate files: two processes writing into one file at their own offsets cost
     twice the system time here."""
-    from .output import _splice_lines
+    from .output import _splice_segment
 
-    with open(part, "rb") as fh:
-        data = fh.read()
-    lines = _splice_lines(data, len(data), iter(suffixes) if suffixes is not None else None, True)
     final = part.removesuffix(".part.tmp") + ".final.part.tmp"  # cleaned up like any part
-    with open(final, "wb") as fh:
-        fh.write(lines)
+    with open(final, "wb") as out:  # in 1 MB blocks: a worker's memory stays the size of a block
+        _splice_segment(part, out, None, iter(suffixes) if suffixes is not None else None, True, 1 << 20)
     os.unlink(part)
     return final
 

@@ -7,8 +7,9 @@ row's task key and reward only, so every line is written final. A one-shot itera
 goes to a spool beside the destination and ``Spool.publish`` splices each line's group fields in at
 the end. A big file over worker processes keeps its part files in the spool's format until every row
 is seen, then workers splice the fields in and the parent appends the parts in order
-(``_splice_parts``). Memory holds one group index and one reward per row, never rows, and nothing is
-published when a gate or a schema check fails.
+(``_splice_parts``). Memory holds per-group state (the per-row group index and reward go to a
+temporary file when no pre-scan is made), never rows, and nothing is published when a gate or a
+schema check fails.
 """
 
 import contextlib
