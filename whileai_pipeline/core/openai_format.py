@@ -517,21 +517,17 @@ class _Report:
             else:
                 seen["rows"] += entry["rows"]
 
-    def replay(self, line, event):
-        """Count one line's findings (an event of ``_line_findings``)."""
-        kind = event[0]
-        if kind == "then":
-            self.add(line, event[1], row=False)
-            self.replay(line, event[2])
-        elif kind == "lines":
-            for problems in event[1:]:
-                if problems:
-                    self.add(line, problems, row=False)
-        elif kind == "counted":
-            self.rows += 1
-            self.add(line, event[1], errored=event[2])
-        else:
-            self.shaped(line, event[1], event[2], errored=event[3])
+    def replay(self, line, events):
+        """Count one line's findings (the events ``_line_findings`` made of it, in order)."""
+        for event in events:
+            kind = event[0]
+            if kind == "line":  # a problem of the line itself, not of a row
+                self.add(line, event[1], row=False)
+            elif kind == "counted":  # a row that could not be read
+                self.rows += 1
+                self.add(line, event[1], errored=event[2])
+            else:
+                self.shaped(line, event[1], event[2], errored=event[3])
 
     def row(self, line, row, strict_keys, before=()):
         shape, problems = validate_row(row, self.fmt, strict_keys=strict_keys)
@@ -627,23 +623,21 @@ def validate_file(path, format="openai", *, max_problems=50, strict_keys=False, 
 
 def _validate_chunk(path, chunk, format, strict_keys):
     """A worker task: the findings of a chunk's lines, its per-key entries counted apart (they are many)."""
-    with open(path, "rb") as fh:
-        fh.seek(chunk.start)
-        lines = fh.read(chunk.end - chunk.start).split(b"\n")
-    if lines and not lines[-1]:
-        lines.pop()  # the newline that ends the chunk starts no line
+    from .parallel import chunk_lines  # noqa: PLC0415
+
     extra_keys = {}
     findings = [(line_no, _line_findings(line_no, raw, format, strict_keys, extra_keys))
-                for line_no, raw in enumerate(lines, chunk.first_line)]
+                for line_no, raw in chunk_lines(path, chunk)]
     return findings, extra_keys
 
 
 def _line_findings(line_no, raw, format, strict_keys, extra_keys):
-    """What one raw line adds to a report, as an event for ``_Report.replay``.
+    """What one raw line adds to a report: a list of events for ``_Report.replay``.
 
     Its ``extra_keys`` problems (one per key per row, most of a row's findings) are counted into
     ``extra_keys`` here and replaced by a flag saying whether one of them was an error.
     """
+    events = []
     before = []
     if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
         before.append({"severity": "error", "code": "bom", "where": "",
@@ -651,25 +645,26 @@ def _line_findings(line_no, raw, format, strict_keys, extra_keys):
         raw = raw[3:]
     body = raw.rstrip(b"\n")
     if body.endswith(b"\r"):
-        crlf = [{"severity": "warning", "code": "crlf", "where": "",
-                 "message": "the line ends with CRLF; write LF line endings"}]
+        events.append(("line", [{"severity": "warning", "code": "crlf", "where": "",
+                                 "message": "the line ends with CRLF; write LF line endings"}]))
         body = body[:-1]
-    else:
-        crlf = None
     if not body.strip():
-        return ("lines", crlf, [{"severity": "error", "code": "blank_line", "where": "",
-                                 "message": "a blank line: JSONL has one JSON object per line"}])
+        events.append(("line", [{"severity": "error", "code": "blank_line", "where": "",
+                                 "message": "a blank line: JSONL has one JSON object per line"}]))
+        return events
     try:
         body.decode("utf-8")
     except UnicodeDecodeError as exc:
         reason = f"the line is not UTF-8 ({exc.reason} at byte {exc.start})"
-        return _then(crlf, ("counted", [*before, {"severity": "error", "code": "not_utf8", "where": "",
-                                                  "message": reason}], False))
+        events.append(("counted", [*before, {"severity": "error", "code": "not_utf8", "where": "",
+                                             "message": reason}], False))
+        return events
     try:
         row = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        return _then(crlf, ("counted", [*before, {"severity": "error", "code": "bad_json", "where": "",
-                                                  "message": f"not strict JSON: {exc}"}], False))
+        events.append(("counted", [*before, {"severity": "error", "code": "bad_json", "where": "",
+                                             "message": f"not strict JSON: {exc}"}], False))
+        return events
     shape, problems = validate_row(row, format, strict_keys=strict_keys)
     kept, errored = [], False
     for p in problems:
@@ -678,12 +673,8 @@ def _line_findings(line_no, raw, format, strict_keys, extra_keys):
             errored = errored or p["severity"] == "error"
         else:
             kept.append(p)
-    return _then(crlf, ("row", shape, [*before, *kept], errored))
-
-
-def _then(crlf, event):
-    """A CRLF warning (a line of its own in the report) comes before the line's other findings."""
-    return event if crlf is None else ("then", crlf, event)
+    events.append(("row", shape, [*before, *kept], errored))
+    return events
 
 
 def _count_extra_key(extra_keys, line, problem):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .errors import OutputIsSourceError, WriteFailedError
 from .jsonl import TMP_SUFFIX, atomic_file, splice, temp_beside
+from .parallel import append_part
 
 
 def destination(output, source_path):
@@ -33,6 +34,11 @@ def refuse_source(dest, source_path):
             f"output_is_source: {dest} is the source file {source_path}; writing there would destroy "
             "the raw run. Pass another output path, or none to get <name>.train<suffix> beside it."
         )
+
+
+def spool_line(body, tail=b""):
+    """A serialized row as the spool holds it until its group fields are spliced in."""
+    return body + b"\t" + tail + b"\n" if tail else body + b"\n"
 
 
 class Spool:
@@ -65,11 +71,9 @@ class Spool:
             return
         if suffix is not None:
             line = splice(body, suffix, tail) + b"\n"
-        elif tail:
-            self.has_tail = True
-            line = body + b"\t" + tail + b"\n"
         else:
-            line = body + b"\n"
+            self.has_tail |= bool(tail)
+            line = spool_line(body, tail)
         try:
             self._write(line)
         except OSError as exc:
@@ -87,11 +91,7 @@ class Spool:
     def append_part(self, part):
         """Append a worker's final lines (a part file) to the output, hashing them, then delete the part."""
         try:
-            with open(part, "rb") as src:
-                while block := src.read(1 << 20):
-                    self.sha256.update(block)
-                    self.fh.write(block)
-            os.unlink(part)
+            append_part(part, self.fh, self.sha256)
         except OSError as exc:
             raise WriteFailedError(self.dest, exc) from exc
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from .conversation import conversation
 from .gates import scrub
-from .parallel import PartFiles
+from .parallel import PartFiles, append_part
 from .progress import tick
 from .text import normalize, text
 
@@ -428,7 +428,7 @@ def _write_pairs_over(pool, source, jobs, output, out, digest):
     with PartFiles(output, "pairs") as parts:
         tasks = ((jobs[k:k + PAIRS_PER_TASK], parts.name(k)) for k in range(0, len(jobs), PAIRS_PER_TASK))
         for part in pool.ordered(write_pairs_part, source, tasks):
-            parts.append(part, out, digest)
+            append_part(part, out, digest)
 
 
 def _pair_lines(source, jobs):

@@ -22,7 +22,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from .jsonl import _BLANK, parse_line, splice
+from .jsonl import _BLANK, parse_line
 
 CHUNK_BYTES = 8 << 20
 BLOCK_BYTES = 1 << 20
@@ -97,13 +97,20 @@ def line_chunks(path, hasher=None, chunk_bytes=None):
         yield Chunk(start, pos, first)
 
 
-def chunk_rows(path, chunk):
-    """(line number, byte offset, parsed value) of a chunk's non-blank lines."""
+def chunk_lines(path, chunk):
+    """(line number, raw line without its newline) of every line of a chunk."""
     with open(path, "rb") as fh:
         fh.seek(chunk.start)
-        data = fh.read(chunk.end - chunk.start)
+        lines = fh.read(chunk.end - chunk.start).split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()  # the newline that ends the chunk starts no line
+    return enumerate(lines, chunk.first_line)
+
+
+def chunk_rows(path, chunk):
+    """(line number, byte offset, parsed value) of a chunk's non-blank lines."""
     offset = chunk.start
-    for lineno, line in enumerate(data.split(b"\n"), chunk.first_line):
+    for lineno, line in chunk_lines(path, chunk):
         value = parse_line(path, lineno, line)
         if value is not _BLANK:
             yield lineno, offset, value
@@ -120,32 +127,32 @@ def map_row_offsets(path, chunk, fn, arg):
     return [(offset, fn(value, arg)) for _, offset, value in chunk_rows(path, chunk)]
 
 
-def export_chunk(path, chunk, fn, plan, part, final=True):
-    """(line, outcome) of each row of a chunk, with the output bytes taken out and written to ``part``.
+def write_chunk(path, chunk, fn, plan, part):
+    """A worker task: ``fn(value, plan)`` of each row of a chunk, which returns (outcome, output lines).
 
-    ``final``: the lines need nothing more (no group fields to stamp). Otherwise the part holds the
-    spool's format (a line's tail after a tab) for ``splice_part``, once every row's group is known.
-    Returns (outcomes, part).
+    The lines go to ``part``; the (line number, outcome) pairs come back, so output bytes never cross
+    the pipe. Returns (outcomes, part).
     """
     outcomes = []
     with open(part, "wb", buffering=1 << 20) as out:
         for lineno, _, value in chunk_rows(path, chunk):
-            outcome = fn(value, plan)
-            if outcome is not None:
-                entries = []
-                for problems, group, written in outcome[2]:
-                    if written is not None:
-                        facts, body, tail = written
-                        if final:
-                            line = splice(body, b"", tail) + b"\n"
-                        else:
-                            line = body + (b"\t" + tail if tail else b"") + b"\n"
-                        out.write(line)
-                        written = (facts, None, None)
-                    entries.append((problems, group, written))
-                outcome = (outcome[0], outcome[1], entries)
+            outcome, lines = fn(value, plan)
+            for line in lines:
+                out.write(line)
             outcomes.append((lineno, outcome))
     return outcomes, part
+
+
+def append_part(part, out, digest):
+    """Copy a part file into the open file ``out``, hashing it on the way, then delete the part."""
+    try:
+        with open(part, "rb") as fh:
+            while block := fh.read(1 << 20):
+                digest.update(block)
+                out.write(block)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(part)
 
 
 def splice_part(_source, part, suffixes):
@@ -164,7 +171,8 @@ def splice_part(_source, part, suffixes):
 
 
 class PartFiles:
-    """Worker part files beside an output, appended in order and removed however the work ends.
+    """Names for worker part files beside an output (``append_part`` them in order); the ones left
+    when the work ends, however it ends, are removed.
 
     They are named like every temp file beside the output (``.<name>.<pid>.…tmp``), so a crashed
     run's leftovers are cleaned by the next writer (``jsonl.clean_stale_temps``).
@@ -176,17 +184,6 @@ class PartFiles:
 
     def name(self, k):
         return f"{self._prefix}{k}.part.tmp"
-
-    def append(self, part, out, digest):
-        """Copy a part into ``out`` (hashing it), then delete it."""
-        try:
-            with open(part, "rb") as fh:
-                while block := fh.read(1 << 20):
-                    digest.update(block)
-                    out.write(block)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(part)
 
     def __enter__(self):
         return self

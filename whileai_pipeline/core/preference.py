@@ -1,18 +1,24 @@
 """``export_preference``: chosen/rejected pairs as DPO rows, behind both gates (spec 7, DECISIONS 12)."""
 
-import contextlib
-import os
 import time
 from pathlib import Path
 
 from .conversation import conversation
 from .errors import NoPreferencePairsError, PrivilegedLeakError, RoundtripInvalidError
-from .gates import (ENCODINGS, LeakGate, RoundtripGate, check_format, count_tool_calls, leak_outcome, leak_verdict,
-                    scrub)
+from .gates import (
+    ENCODINGS,
+    LeakGate,
+    RoundtripGate,
+    check_format,
+    count_tool_calls,
+    leak_outcome,
+    leak_verdict,
+    scrub,
+)
 from .jsonl import dumps
-from .progress import tick
 from .output import Spool, finish, refuse_source
 from .pairs import first_turn_note, length_note
+from .progress import tick
 from .rows import SchemaCheck, preference_problems, stamp
 from .runs import resolve_source
 from .trl import trl_preference_row
@@ -138,37 +144,26 @@ class _PairTally:
         self.n_out += 1
 
 
-def _export_pairs_chunk(path, chunk, plan, part):
-    """A worker task: the outcomes of a chunk of a pairs file, their lines written to ``part``."""
-    from .parallel import chunk_rows
-
-    outcomes = []
-    try:
-        with open(part, "wb", buffering=1 << 20) as out:
-            for _, _, item in chunk_rows(path, chunk):
-                outcome = _pair_outcome(item, plan)
-                if isinstance(outcome, tuple):
-                    out.write(outcome[2] + b"\n")
-                    outcome = (outcome[0], outcome[1], None)
-                outcomes.append(outcome)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(part)
-        raise
-    return outcomes, part
+def _pair_lines(item, plan):
+    """``_pair_outcome`` split for a worker: (the outcome without its bytes, its output lines)."""
+    outcome = _pair_outcome(item, plan)
+    if isinstance(outcome, tuple):
+        return (outcome[0], outcome[1], None), [outcome[2] + b"\n"]
+    return outcome, ()
 
 
 def _run_pairs(src, plan, tally, spool, dest, workers):
     """Feed every pair's outcome to the tally: in this process, or over worker processes for a big file."""
     if src.hashed is not None and dest is not None:
-        from .parallel import WorkerPool, line_chunks, workers_for
+        from .parallel import WorkerPool, line_chunks, workers_for, write_chunk
 
         n = workers_for(src.path, workers)
         if n > 1:
             with WorkerPool(n) as pool:
-                jobs = ((chunk, plan, spool.part(k)) for k, chunk in enumerate(line_chunks(src.path, src.hashed.sha256)))
-                for outcomes, part in pool.ordered(_export_pairs_chunk, src.path, jobs):
-                    for outcome in outcomes:
+                jobs = ((chunk, _pair_lines, plan, spool.part(k))
+                        for k, chunk in enumerate(line_chunks(src.path, src.hashed.sha256)))
+                for outcomes, part in pool.ordered(write_chunk, src.path, jobs):
+                    for _, outcome in outcomes:
                         tally.consume(outcome)
                     spool.append_part(part)
             return

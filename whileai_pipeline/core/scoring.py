@@ -196,7 +196,7 @@ def score_file(source, out, scorer, stats, *, dest=None, progress=None, workers=
     rate-limited service or keep state.
     """
     from .jsonl import dumps_line, iter_jsonl
-    from .parallel import PartFiles, WorkerPool, line_chunks, workers_for
+    from .parallel import PartFiles, WorkerPool, append_part, line_chunks, workers_for
     from .progress import tick
 
     digest = hashlib.sha256()
@@ -217,7 +217,7 @@ def score_file(source, out, scorer, stats, *, dest=None, progress=None, workers=
                 stats.add_facts(item)
             if progress is not None:
                 progress(stats.n)  # once per chunk
-            parts.append(part, out, digest)
+            append_part(part, out, digest)
     return digest.hexdigest()
 
 

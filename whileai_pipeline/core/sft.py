@@ -32,7 +32,7 @@ from .gates import (
 from .groups import GroupStats, numeric_reward, row_summary
 from .jsonl import _BLANK, dumps, iter_jsonl, iter_jsonl_lines
 from .masks import check_mask_mode
-from .output import Spool, destination, finish, refuse_source
+from .output import Spool, destination, finish, refuse_source, spool_line
 from .progress import tick
 from .rows import PASS_THRESHOLD, SchemaCheck, convert_row, training_problems
 from .runs import resolve_source
@@ -103,6 +103,21 @@ def _sft_outcome(raw, plan):
         )
         entries.append((problems, group, (facts, dumps(row), tail)))
     return leak, raw.get("finish_reason") == "length", entries
+
+
+def _sft_lines(raw, plan):
+    """``_sft_outcome`` split for a worker: (the outcome without its bytes, its lines in the spool's format)."""
+    outcome = _sft_outcome(raw, plan)
+    if outcome is None:
+        return None, ()
+    entries, lines = [], []
+    for problems, group, written in outcome[2]:
+        if written is not None:
+            facts, body, tail = written
+            lines.append(spool_line(body, tail))
+            written = (facts, None, None)
+        entries.append((problems, group, written))
+    return (outcome[0], outcome[1], entries), lines
 
 
 def _reward_class(reward):
@@ -290,7 +305,7 @@ def _run_pass(src, plan, tally, spool, prescan_wanted, pool):
         for raw in src.rows:
             tally.consume(_sft_outcome(raw, plan))
         return
-    from .parallel import export_chunk, line_chunks
+    from .parallel import line_chunks, write_chunk
 
     if pool is None:
         prescan = _Prescan.of_file(src.path, src.hashed.sha256) if prescan_wanted else None
@@ -299,14 +314,13 @@ def _run_pass(src, plan, tally, spool, prescan_wanted, pool):
         for line, raw in iter_jsonl(src.path, hasher):
             tally.consume(_sft_outcome(raw, plan), line)
         return
-    final = not plan.grouping  # lines without group fields are final as they are written
-    jobs = ((chunk, _sft_outcome, plan, spool.part(k), final)
-            for k, chunk in enumerate(line_chunks(src.path, src.hashed.sha256)))
-    for outcomes, part in pool.ordered(export_chunk, src.path, jobs):
+    # without groups to stamp a spooled line is final (it has no tail): append the parts as they come
+    jobs = ((chunk, _sft_lines, plan, spool.part(k)) for k, chunk in enumerate(line_chunks(src.path, src.hashed.sha256)))
+    for outcomes, part in pool.ordered(write_chunk, src.path, jobs):
         before = tally.n_out
         for line, outcome in outcomes:
             tally.consume(outcome, line)
-        if final:
+        if not plan.grouping:
             spool.append_part(part)
         else:
             tally.parts.append((part, tally.n_out - before))
