@@ -130,20 +130,52 @@ def test_preference_workers_give_identical_bytes(tmp_path, monkeypatch, fmt):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.jsonl", "pairs.jsonl", "run.jsonl", "two.jsonl"]
 
 
-def test_a_script_piped_to_python_runs_in_one_process_instead_of_a_broken_pool(tmp_path):
-    """Spawned workers re-import ``__main__``; ``python -`` has none, so the export must not use them."""
+_RECORD_POOLS = (
+    "import whileai_pipeline.core.parallel as par\n"
+    "pools = []\n"
+    "_init = par.WorkerPool.__init__\n"
+    "def _record(self, n):\n"
+    "    pools.append(n)\n"
+    "    _init(self, n)\n"
+    "par.WorkerPool.__init__ = _record\n"
+)
+
+
+@pytest.mark.parametrize("how", ["script without a main guard", "script piped to python -"])
+def test_a_script_without_a_main_guard_gets_its_workers(tmp_path, how):
+    """Spawned processes re-import the caller's ``__main__``: an export called at a script's top level
+    ran again in every worker, which died (BrokenProcessPool), and ``python -`` has no file to import.
+    Workers are started without the caller's main module, so both run over two processes."""
     import subprocess
     import sys
 
     src = _run(tmp_path / "run.jsonl", n=60, bad_arguments=False)
-    script = (f"import whileai_pipeline.simulations as wai\n"
+    script = (_RECORD_POOLS + "import whileai_pipeline.simulations as wai\n"
               f"r = wai.export_dataset({str(src)!r}, {str(tmp_path / 'out.jsonl')!r}, workers=2)\n"
-              f"print('rows', r['n'])\n")
-    proc = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120)
+              "print('rows', r['n'], 'pools', pools)\n")
+    if how == "script piped to python -":
+        proc = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120)
+    else:
+        (tmp_path / "export_it.py").write_text(script)
+        proc = subprocess.run([sys.executable, str(tmp_path / "export_it.py")], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["rows", "60"]
+    assert proc.stdout.split() == ["rows", "60", "pools", "[2]"]
+    assert "Traceback" not in proc.stderr, proc.stderr
     one = wai.export_dataset(src, tmp_path / "one.jsonl", workers=1)
     assert one["sha256"] == hashlib.sha256((tmp_path / "out.jsonl").read_bytes()).hexdigest()
+
+
+def test_hiding_main_restores_it(monkeypatch):
+    import sys
+
+    main = sys.modules["__main__"]
+    with parallel._main_hidden():
+        assert sys.modules["__main__"] is not main and getattr(sys.modules["__main__"], "__file__", None) is None
+    assert sys.modules["__main__"] is main
+    with pytest.raises(KeyError), parallel._main_hidden():
+        raise KeyError("inside")
+    assert sys.modules["__main__"] is main
 
 
 def _export_in_child(src, out, workers):

@@ -20,6 +20,7 @@ import glob
 import multiprocessing
 import os
 import sys
+import types
 from dataclasses import dataclass
 
 from .jsonl import _BLANK, parse_line
@@ -42,38 +43,49 @@ class Chunk:
 def workers_for(path, requested=None) -> int:
     """How many processes to use: the request, else $WHILEAI_PIPELINE_WORKERS, else by size and cores.
 
-    Always one when workers could not start (``spawn_can_start``).
+    Always one when this process may not start workers (``can_start_workers``).
     """
     if requested is None and os.environ.get(ENV_WORKERS):
         requested = int(os.environ[ENV_WORKERS])
     if requested is not None:
         n = max(1, int(requested))
-        return n if n == 1 or spawn_can_start() else 1
+        return n if n == 1 or can_start_workers() else 1
     try:
         size = os.path.getsize(path)
     except OSError:
         return 1
-    if size < MIN_PARALLEL_BYTES or not spawn_can_start():
+    if size < MIN_PARALLEL_BYTES or not can_start_workers():
         return 1
     return max(1, min(len(os.sched_getaffinity(0)), 4))
 
 
-def spawn_can_start() -> bool:
-    """Whether this process may start workers, and they can import its ``__main__`` (they re-import it).
+def can_start_workers() -> bool:
+    """False in a daemonic process (a ``multiprocessing.Pool`` worker, say): it may not have children,
+    so such a caller gets one process instead of an error."""
+    return not multiprocessing.current_process().daemon
 
-    A daemonic process (a ``multiprocessing.Pool`` worker, say) may not have children, and a script
-    read from stdin (``python -``) has no file to import, so its workers would die at once; such a
-    caller gets one process instead of an error or a broken pool.
+
+@contextlib.contextmanager
+def _main_hidden():
+    """Start processes without telling them about the caller's ``__main__``.
+
+    A spawned process re-imports the parent's main module before it runs anything, so a script that
+    calls an export at top level (no ``if __name__ == "__main__":`` guard) would run again inside
+    every worker, which dies with "An attempt has been made to start a new process..." and leaves a
+    BrokenProcessPool; a script piped to ``python -`` has no file to import at all. Worker tasks
+    are this package's functions with picklable plans, never objects of ``__main__``, so workers
+    are started as if the parent had no main module. Only ``submit`` runs inside this (the moment
+    a process is spawned), for a few microseconds.
     """
-    if multiprocessing.current_process().daemon:
-        return False
     main = sys.modules.get("__main__")
-    if getattr(main, "__spec__", None) is not None:
-        return True
-    path = getattr(main, "__file__", None)
-    if path is None:
-        return True
-    return os.path.isfile(os.path.join(multiprocessing.process.ORIGINAL_DIR or "", path))
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is None:
+            del sys.modules["__main__"]
+        else:
+            sys.modules["__main__"] = main
 
 
 def line_chunks(path, hasher=None, chunk_bytes=None):
@@ -213,7 +225,8 @@ class WorkerPool:
         pending = collections.deque()
         try:
             for job in jobs:
-                pending.append(self._pool.submit(task, path, *job))
+                with _main_hidden():  # a submit may spawn a worker process
+                    pending.append(self._pool.submit(task, path, *job))
                 if len(pending) >= 2 * self.workers:
                     yield pending.popleft().result()
             while pending:
