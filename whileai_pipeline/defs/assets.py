@@ -10,6 +10,7 @@ decides publish or reject from the reports, and describes what happened.
 """
 
 import functools
+import hashlib
 import os
 
 import dagster as dg
@@ -26,7 +27,7 @@ from .config import DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreCon
 from .partitions import simulation_runs
 from .publishing import discard, failed_gates, publish, reject, rejected_dir_name
 from .resources import PartitionLockedError, PipelineStorage, copy_atomic, fingerprint, meta_path_for
-from .summaries import RawStats, dpo_numbers, export_summary_markdown, sft_numbers
+from .summaries import RawStats, dpo_numbers, export_summary_markdown, raw_facts, sft_numbers
 
 GROUP = "whileai"
 STAGE_RAW, STAGE_SCORED, STAGE_SFT_SOURCE, STAGE_PAIRS = "raw", "scored", "sft_source", "pairs"
@@ -110,27 +111,28 @@ def raw_simulation_data(
     stats = RawStats()
     quarantined = 0
     try:
-        run_sha = sha256_file(snapshot)
         n_bytes = snapshot.stat().st_size
         if config.on_bad_line == OnBadLine.fail:
             progress = _progress(context, "reading the run")
+            digest = hashlib.sha256()  # taken in the same read that counts the rows
             try:
-                for lineno, row in iter_jsonl(snapshot):
+                for lineno, facts in raw_facts(snapshot, digest):
                     tick(progress, stats.rows + 1)
-                    if not isinstance(row, dict):
-                        raise BadJsonlError(src, lineno,
-                                            f"expected a JSON object (one trajectory), got {type(row).__name__}")
-                    stats.add(row)
+                    if isinstance(facts, str):  # the type name of a value that is not an object
+                        raise BadJsonlError(src, lineno, f"expected a JSON object (one trajectory), got {facts}")
+                    stats.add_facts(facts)
             except BadJsonlError as exc:
                 message = str(exc).replace(str(snapshot), str(src))
                 raise dg.Failure(description=message, metadata={"path": dg.MetadataValue.path(str(src)),
                                                                 "line": exc.line}) from None
             progress.close(stats.rows)
+            run_sha = digest.hexdigest()
             _refuse_empty(stats, src)
             os.replace(snapshot, stage)
             if quarantine.exists():
                 quarantine.unlink()
         else:
+            run_sha = sha256_file(snapshot)
             quarantined = _copy_with_quarantine(snapshot, src, stage, quarantine, stats)
             _refuse_empty(stats, src)
     finally:

@@ -56,33 +56,52 @@ class RawStats:
         return hashlib.blake2b(str(value).encode("utf-8", "replace"), digest_size=12).digest()
 
     def add(self, row) -> None:
+        self.add_facts(self.facts(row, preview=len(self.preview) < PREVIEW_ROWS))
+
+    @classmethod
+    def facts(cls, row, preview=True):
+        """What ``add_facts`` needs of one row (for a non-object, its type's name): small and picklable,
+        so worker processes can read a big run and send these back. ``preview``: also its preview line."""
         if not isinstance(row, dict):
-            self.non_objects += 1
-            return
-        self.rows += 1
+            return type(row).__name__
         prompt = row.get("prompt")
-        if prompt:
-            self._prompts.add(self._digest(prompt))
         group = row.get("scenario_id") or row.get("task_id") or prompt
-        if group:
-            self._groups.add(self._digest(group))
         privileged = row.get("privileged")
-        if isinstance(privileged, dict) and privileged:
-            self.privileged_rows += 1
-        self.tool_calls += tool_calls_in(row)
-        self.finish_reasons[str(row.get("finish_reason")) if row.get("finish_reason") is not None else "(none)"] += 1
-        if len(self.preview) < PREVIEW_ROWS:
+        has_privileged = isinstance(privileged, dict) and bool(privileged)
+        calls = tool_calls_in(row)
+        line = None
+        if preview:
             steps = row.get("steps")
-            self.preview.append([
+            line = [
                 row.get("scenario_id") or row.get("task_id") or "",
                 row.get("rollout_index"),
                 prompt,
                 row.get("reward"),
                 len(steps) if isinstance(steps, list) else "",
-                tool_calls_in(row),
+                calls,
                 row.get("finish_reason"),
-                "yes" if isinstance(privileged, dict) and privileged else "no",
-            ])
+                "yes" if has_privileged else "no",
+            ]
+        finish = str(row.get("finish_reason")) if row.get("finish_reason") is not None else "(none)"
+        return (cls._digest(prompt) if prompt else None, cls._digest(group) if group else None,
+                has_privileged, calls, finish, line)
+
+    def add_facts(self, facts) -> None:
+        """Count one row from its ``facts``."""
+        if isinstance(facts, str):
+            self.non_objects += 1
+            return
+        prompt, group, has_privileged, calls, finish, line = facts
+        self.rows += 1
+        if prompt is not None:
+            self._prompts.add(prompt)
+        if group is not None:
+            self._groups.add(group)
+        self.privileged_rows += has_privileged
+        self.tool_calls += calls
+        self.finish_reasons[finish] += 1
+        if line is not None and len(self.preview) < PREVIEW_ROWS:
+            self.preview.append(line)
 
     @property
     def prompts(self) -> int:
@@ -172,3 +191,34 @@ def export_summary_markdown(kind: str, reports: dict, outcomes: dict, status: st
             title = "Warnings in the refused candidate's report (written with validate=False to get the full report):"
         lines += ["", title] + [f"- ({fmt}) {w}" for fmt, w in warnings]
     return "\n".join(lines)
+
+
+def raw_facts(path, hasher=None, workers=None):
+    """(line number, ``RawStats.facts``) of every non-blank line of a run file, in order, hashing the
+    file on the way when asked. A big file is parsed by worker processes (issue 4), which send back
+    only these facts; a line that is not JSON raises ``BadJsonlError`` naming ``path`` and the line."""
+    from whileai_pipeline.core.jsonl import iter_jsonl
+    from whileai_pipeline.core.parallel import WorkerPool, line_chunks, workers_for
+
+    if workers_for(path, workers) == 1:
+        shown = 0
+        for lineno, row in iter_jsonl(path, hasher):
+            facts = RawStats.facts(row, preview=shown < PREVIEW_ROWS)
+            shown += not isinstance(facts, str)
+            yield lineno, facts
+        return
+    with WorkerPool(workers_for(path, workers)) as pool:
+        for facts in pool.ordered(_raw_chunk_facts, path, ((chunk,) for chunk in line_chunks(path, hasher))):
+            yield from facts
+
+
+def _raw_chunk_facts(path, chunk):
+    """A worker task: (line number, facts) of a chunk's rows; the first few rows carry preview lines."""
+    from whileai_pipeline.core.parallel import chunk_rows
+
+    out, shown = [], 0
+    for lineno, _, row in chunk_rows(path, chunk):
+        facts = RawStats.facts(row, preview=shown < PREVIEW_ROWS)
+        shown += not isinstance(facts, str)
+        out.append((lineno, facts))
+    return out
