@@ -200,25 +200,25 @@ def raw_facts(path, hasher=None, workers=None):
     from whileai_pipeline.core.jsonl import iter_jsonl
     from whileai_pipeline.core.parallel import WorkerPool, line_chunks, workers_for
 
-    if workers_for(path, workers) == 1:
-        shown = 0
-        for lineno, row in iter_jsonl(path, hasher):
-            facts = RawStats.facts(row, preview=shown < PREVIEW_ROWS)
-            shown += not isinstance(facts, str)
-            yield lineno, facts
+    n = workers_for(path, workers)
+    if n == 1:
+        yield from _numbered_facts(iter_jsonl(path, hasher))
         return
-    with WorkerPool(workers_for(path, workers)) as pool:
+    with WorkerPool(n) as pool:
         for facts in pool.ordered(_raw_chunk_facts, path, ((chunk,) for chunk in line_chunks(path, hasher))):
             yield from facts
 
 
 def _raw_chunk_facts(path, chunk):
-    """A worker task: (line number, facts) of a chunk's rows; the first few rows carry preview lines."""
+    """A worker task: (line number, facts) of a chunk's rows; its first few rows carry preview lines."""
     from whileai_pipeline.core.parallel import chunk_rows
 
-    out, shown = [], 0
-    for lineno, _, row in chunk_rows(path, chunk):
+    return list(_numbered_facts((lineno, row) for lineno, _, row in chunk_rows(path, chunk)))
+
+
+def _numbered_facts(numbered_rows):
+    shown = 0
+    for lineno, row in numbered_rows:
         facts = RawStats.facts(row, preview=shown < PREVIEW_ROWS)
         shown += not isinstance(facts, str)
-        out.append((lineno, facts))
-    return out
+        yield lineno, facts
