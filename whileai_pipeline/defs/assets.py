@@ -248,8 +248,7 @@ def scored_simulation_data(
         "pass_rate": round(stats.counts["pass"] / (stats.counts["pass"] + stats.counts["fail"]), 4)
         if stats.counts["pass"] + stats.counts["fail"] else 0.0,
         "groups": len(stats.groups),
-        "reward_histogram": dg.MetadataValue.md(stats.histogram_markdown()),
-        "group_pass_rates": dg.MetadataValue.md(stats.groups_markdown()),
+        **_reward_pictures(stats),
         "stage_path": dg.MetadataValue.path(str(scored)),
         "sha256": scored_sha,
     }
@@ -326,14 +325,8 @@ def preference_pairs(
 
 # --------------------------------------------------------------------------- 4/5. exports
 
-def _reward_pictures(rows=None, *, path=None):
-    """Reward histogram and pass rate by group of the rows an export carries (markdown for the UI)."""
-    if path is not None:
-        stats = score_stats_of_file(path)
-    else:
-        stats = ScoreStats()
-        for row in rows:
-            stats.add(row)
+def _reward_pictures(stats):
+    """Reward histogram and pass rate by group (markdown for the UI) of a ``ScoreStats``."""
     return {
         "reward_histogram": dg.MetadataValue.md(stats.histogram_markdown()),
         "group_pass_rates": dg.MetadataValue.md(stats.groups_markdown()),
@@ -432,13 +425,16 @@ def sft_export(
     _require_stage(scored, "scored_simulation_data")
     if config.sft_rows == "pass":
         source = storage.stage_path(key, STAGE_SFT_SOURCE)
+        carried = ScoreStats()  # of the rows the export carries, counted in the pass that picks them
         with atomic_file(source) as out:
             for _, row in iter_jsonl(scored):
                 if isinstance(row, dict) and verdict(row.get("reward")) == "pass":
+                    carried.add(row)
                     out.write(dumps_line(row))
         _stage_sidecar(scored, source)
     else:
         source = scored
+        carried = None
     formats = list(config.formats)
     cand_dir = storage.candidate_dir(key, context.run.run_id)
     candidates, reports = {}, {}
@@ -460,7 +456,7 @@ def sft_export(
     except (ExportError, ValueError) as exc:
         discard(cand_dir)
         raise _library_failure(exc, "export_dataset") from None
-    pictures = _reward_pictures(path=source)
+    pictures = _reward_pictures(carried if carried is not None else score_stats_of_file(source))
     return _finish_export(context, storage, "sft", formats, candidates, reports, config.validate_gates, cand_dir,
                           pictures)
 
@@ -501,7 +497,10 @@ def dpo_export(
     except (ExportError, ValueError) as exc:
         discard(cand_dir)
         raise _library_failure(exc, "export_preference") from None
-    pictures = _reward_pictures(_pair_sides(pairs_path))  # both sides of every pair
+    sides = ScoreStats()
+    for row in _pair_sides(pairs_path):  # both sides of every pair
+        sides.add(row)
+    pictures = _reward_pictures(sides)
     return _finish_export(context, storage, "dpo", formats, candidates, reports, config.validate_gates, cand_dir,
                           pictures)
 
