@@ -71,6 +71,20 @@ def _split_extra_warnings(warnings: list, patterns: dict) -> tuple[list, dict]:
 # =============================================================================================
 
 
+def _assert_refused(o, expected_error, rt, rep, ctx, carries_report=True):
+    """Ours refused with the predicted error (DECISIONS 14), wrote nothing, and a gate error carries
+    the predicted round-trip and leak reports."""
+    assert o.error is not None, f"ours exported where DECISIONS predicts {expected_error}\n{ctx}"
+    assert isinstance(o.error, ValueError), "DECISIONS 14"
+    assert H.leading_token(o.error) == expected_error, f"DECISIONS 14: got {o.error}\n{ctx}"
+    if carries_report:
+        er = getattr(o.error, "report", None)
+        assert isinstance(er, dict), "DECISIONS 14: gate errors carry the report"
+        H.assert_same(rt, er["tool_call_roundtrip"], "error.report tool_call_roundtrip", ctx)
+        H.assert_same(rep["privileged_leaks"], er["privileged_leaks"], "error.report privileged_leaks", ctx)
+    assert o.rows is None, "nothing may be written when a gate refuses"
+
+
 def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, strip_think, system_prompt,
                          tools, cap, validate, our_source=None, ref_source=None, ref_kwargs=None,
                          path_source: Path | None = None, sp_source=None, tools_source=None,
@@ -186,14 +200,7 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
         else:
             assert rv.error is None, rv.error
     if expected_error is not None:
-        assert o.error is not None, f"ours exported where DECISIONS predicts {expected_error}\n{ctx}"
-        assert isinstance(o.error, ValueError), "DECISIONS 14"
-        assert H.leading_token(o.error) == expected_error, f"DECISIONS 14: token {H.leading_token(o.error)!r}\n{ctx}"
-        er = getattr(o.error, "report", None)
-        assert isinstance(er, dict), "DECISIONS 14: gate errors carry the report"
-        H.assert_same(rt, er["tool_call_roundtrip"], "error.report tool_call_roundtrip", ctx)
-        H.assert_same(rep["privileged_leaks"], er["privileged_leaks"], "error.report privileged_leaks", ctx)
-        assert o.rows is None, "nothing may be written when a gate refuses"
+        _assert_refused(o, expected_error, rt, rep, ctx)
         event(f"outcome: refused ({expected_error})")
         return "refused"
 
@@ -376,15 +383,7 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
         elif not pred:
             expected_error = "no_preference_pairs"
     if expected_error is not None:
-        assert o.error is not None, f"ours exported where {expected_error} is predicted\n{ctx}"
-        assert isinstance(o.error, ValueError), "DECISIONS 14"
-        assert H.leading_token(o.error) == expected_error, f"DECISIONS 14: got {o.error}\n{ctx}"
-        if expected_error != "no_preference_pairs":
-            er = getattr(o.error, "report", None)
-            assert isinstance(er, dict), "DECISIONS 14: gate errors carry the report"
-            H.assert_same(rt, er["tool_call_roundtrip"], "error.report tool_call_roundtrip", ctx)
-            H.assert_same(rep["privileged_leaks"], er["privileged_leaks"], "error.report privileged_leaks", ctx)
-        assert o.rows is None, "nothing may be written when a gate refuses"
+        _assert_refused(o, expected_error, rt, rep, ctx, carries_report=expected_error != "no_preference_pairs")
         event(f"outcome: refused ({expected_error})")
         return "refused"
     assert o.error is None, f"ours raised {o.error!r}\n{ctx}"

@@ -107,6 +107,18 @@ def leading_token(exc: BaseException) -> str:
 # =============================================================================================
 
 
+def assert_error_starts_like_reference(reference_call: Callable, our_call: Callable) -> None:
+    """Both calls raise ValueError, and our message starts with the reference's text (ours may then
+    say what to pass)."""
+    import pytest
+
+    with pytest.raises(ValueError) as r:
+        reference_call()
+    with pytest.raises(ValueError) as o:
+        our_call()
+    assert str(o.value).startswith(str(r.value)), f"ours: {o.value}\nreference: {r.value}"
+
+
 def deep(x):
     return copy.deepcopy(x)
 
