@@ -19,7 +19,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 BLOCKED_KEYS = frozenset({"privileged", "principle", "hidden_state", "reference", "rubric", "vector"})
 CONVERSATION_ROLES = ("assistant", "tool", "user", "system")

@@ -20,7 +20,6 @@ Design notes
 from __future__ import annotations
 
 import json
-import math
 import os
 
 from hypothesis import strategies as st
