@@ -8,7 +8,7 @@ import orjson
 
 from .errors import ExportError
 from .conversation import conversation
-from .text import normalize, text
+from .text import lower, normalize, text
 from .wire import arguments_are_structured
 
 ENCODINGS = {"openai": "json_string", "trl": "dict"}
@@ -198,7 +198,7 @@ def _lowered_replies(row, rebuilt):
             content = message.get("content")
             if isinstance(content, str):
                 parts.append(content)
-    return "\n".join(p for p in parts if p).lower()
+    return lower("\n".join(p for p in parts if p))
 
 
 def leak_verdict(row, min_len=LEAK_MIN_QUOTE_CHARS, rebuilt=None):

@@ -30,4 +30,24 @@ def sha1_12(value: str) -> str:
 
 def normalize(value: str) -> str:
     """Collapse whitespace runs to one space, trim, lowercase (leak needles, pair grouping)."""
-    return " ".join(value.split()).lower()
+    return lower(" ".join(value.split()))
+
+
+def lower(value: str) -> str:
+    """``value.lower()``, several times faster for Latin-1 text that is not ASCII.
+
+    ``str.lower`` looks every non-ASCII character up in the Unicode tables (about 3 ns each here:
+    8 µs for the replies of a typical row). Every character below U+0100 lowers to one character
+    below U+0100 and none of them is context-dependent (that is only the Greek capital sigma), so
+    for such text a byte table gives the same string (checked for all 256 in the tests).
+    """
+    if value.isascii():
+        return value.lower()
+    try:
+        raw = value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value.lower()
+    return raw.translate(_LATIN1_LOWER).decode("latin-1")
+
+
+_LATIN1_LOWER = bytes(ord(chr(c).lower()) for c in range(256))
