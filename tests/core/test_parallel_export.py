@@ -97,8 +97,10 @@ def test_gate_failure_in_workers_leaves_no_part_files(tmp_path, monkeypatch):
     monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
     (tmp_path / "out.jsonl").write_bytes(b"previous\n")
     for fmt in ("openai", "trl"):
-        with pytest.raises(wai.PrivilegedLeakError):
+        with pytest.raises(wai.PrivilegedLeakError) as refused:
             wai.export_dataset(src, tmp_path / "out.jsonl", workers=2, format=fmt)
+        # the pooled pass leaves the source's hash for later: a refusal still reports it
+        assert refused.value.report["source_sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
     assert (tmp_path / "out.jsonl").read_bytes() == b"previous\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "run.jsonl"]
 
@@ -227,3 +229,26 @@ def test_scoring_over_workers_writes_the_same_file(tmp_path, monkeypatch, scorer
         assert sorted(p.name for p in tmp_path.iterdir() if "part" in p.name) == []
     assert results[1] == results[2]
     assert results[2][1]["n"] == 300 and seen[-1] == 300
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+def test_a_source_changed_before_its_late_hash_publishes_nothing(tmp_path, monkeypatch, grouped):
+    """A pooled export hashes its source at the end; if the file changed after the pass read it, the
+    hash would not be of the rows exported, so the export fails and the previous output stays."""
+    from whileai_pipeline.core import runs
+
+    src = _run(tmp_path / "run.jsonl", bad_arguments=False)
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
+    (tmp_path / "out.jsonl").write_bytes(b"previous\n")
+    hash_whole = runs._HashingRows.hash_whole
+
+    def appended_first(self):
+        with open(self.path, "ab") as fh:
+            fh.write(b"\n")
+        hash_whole(self)
+
+    monkeypatch.setattr(runs._HashingRows, "hash_whole", appended_first)
+    with pytest.raises(wai.ExportError, match=rf"^source_changed: {src} changed"):
+        wai.export_dataset(src, tmp_path / "out.jsonl", workers=2, unroll=not grouped, validate=False)
+    assert (tmp_path / "out.jsonl").read_bytes() == b"previous\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "run.jsonl"]

@@ -165,12 +165,19 @@ def _reason(exc, line):
     return msg
 
 
-def sha256_file(path, chunk=1 << 20) -> str:
+def sha256_file(path) -> str:
+    return sha256_of(path).hexdigest()
+
+
+def sha256_of(path, chunk=1 << 20):
+    """The ``hashlib`` SHA-256 object of a file's bytes, read into one reused buffer."""
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+    buffer = bytearray(chunk)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(buffer):
+            h.update(view[:n])
+    return h
 
 
 def temp_beside(dest, kind="tmp"):

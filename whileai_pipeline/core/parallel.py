@@ -1,17 +1,17 @@
 """Spreading per-row work over processes while keeping source order (issue 4).
 
-A JSONL file is cut into chunks of whole lines (byte ranges) by the parent, which hashes the file as
-it goes. Each worker maps its own range of the file and parses lines out of the map, so input bytes
-never cross a pipe and are not copied before orjson reads them. Work on
-a chunk returns small per-row facts; an export's lines go to a part file beside the destination,
-which the parent appends to the output in order (hashing it) and deletes. When the lines still need
-their group fields, the parts wait until every row has been seen, then workers splice the fields in
-(``splice_part``) and the parent appends the finished parts.
+A JSONL file is cut into chunks of whole lines (byte ranges) by the parent, which can hash the file
+as it goes. Each worker maps its own range of the file and parses lines out of the map, so input
+bytes never cross a pipe and are not copied before orjson reads them. Work on a chunk returns small
+per-row facts; an export's lines go to a part file beside the destination, which the parent appends
+to the output in order and deletes. When the lines still need their group fields, the parts wait
+until every row has been seen, and the parent then splices the fields in as it appends them
+(``Spool.splice_part``).
 
 Measured here, and why it is built this way: a part file beats the pool's result pipe (a large
 pipe read in a thread of a busy parent waits on the GIL for every 64 KB: 0.55 GB/s); two workers
 writing into one file at their own offsets double the system time; a second 2 GB of dirty pages
-is throttled to disk speed, so finished parts are deleted as soon as they are appended.
+is throttled to disk speed, so parts are deleted as soon as they are appended.
 """
 
 import collections
@@ -193,30 +193,17 @@ def write_chunk(path, chunk, fn, plan, part):
 
 
 def append_part(part, out, digest):
-    """Copy a part file into the open file ``out``, hashing it on the way, then delete the part."""
+    """Copy a part file into the open file ``out``, hashing it on the way (``digest``, None for
+    none), then delete the part."""
     try:
         with open(part, "rb") as fh:
             while block := fh.read(1 << 20):
-                digest.update(block)
+                if digest is not None:
+                    digest.update(block)
                 out.write(block)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(part)
-
-
-def splice_part(_source, part, suffixes):
-    """A worker task: a spooled part with each line's group fields spliced in (``suffixes``, one per
-    line; None for none), written to a new part next to it. The old part is deleted; returns the new.
-
-    Workers write separate files: two processes writing into one file at their own offsets cost
-    twice the system time here."""
-    from .output import _splice_segment
-
-    final = part.removesuffix(".part.tmp") + ".final.part.tmp"  # cleaned up like any part
-    with open(final, "wb") as out:  # in 1 MB blocks: a worker's memory stays the size of a block
-        _splice_segment(part, out, None, iter(suffixes) if suffixes is not None else None, True, 1 << 20)
-    os.unlink(part)
-    return final
 
 
 class PartFiles:

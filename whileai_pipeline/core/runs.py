@@ -9,7 +9,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .jsonl import iter_jsonl, read_json
+from .jsonl import iter_jsonl, read_json, sha256_of
 from .text import text
 
 
@@ -91,6 +91,12 @@ class _HashingRows:
     def __init__(self, path):
         self.path = Path(path)
         self.sha256 = hashlib.sha256()
+        self.deferred = False  # a pass over workers read the file unhashed: ``hash_whole`` does it later
+
+    def hash_whole(self):
+        """Hash the whole file now (after a pass that left it for later)."""
+        self.sha256 = sha256_of(self.path)
+        self.deferred = False
 
     def __iter__(self):
         for _, row in iter_jsonl(self.path, hasher=self.sha256):
