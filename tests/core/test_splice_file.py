@@ -41,3 +41,39 @@ def test_writev_all_writes_more_pieces_than_one_call_takes(tmp_path):
     finally:
         os.close(fd)
     assert (tmp_path / "out").read_bytes() == b"".join(pieces)
+
+
+def test_trailing_hash_equals_the_hash_of_the_whole_file(tmp_path):
+    import hashlib
+
+    from whileai_pipeline.core.output import TrailingHash
+
+    path = tmp_path / "growing"
+    path.write_bytes(b"")
+    trailing = TrailingHash(path, block_bytes=7)
+    written = b""
+    with open(path, "ab") as fh:
+        for i in range(50):
+            piece = b"%d:" % i * (i % 5)
+            fh.write(piece)
+            fh.flush()
+            written += piece
+            trailing.advance(len(written))
+        fh.write(b"not reported")  # bytes written after the last advance are not part of the hash
+    assert trailing.finish().hexdigest() == hashlib.sha256(written).hexdigest()
+
+
+def test_trailing_hash_stops_and_reports_a_short_file(tmp_path):
+    import pytest
+
+    from whileai_pipeline.core.output import TrailingHash
+
+    path = tmp_path / "growing"
+    path.write_bytes(b"abc")
+    stopped = TrailingHash(path)
+    stopped.advance(2)
+    stopped.stop()  # returns: the thread ended
+    short = TrailingHash(path)
+    short.advance(10)
+    with pytest.raises(OSError, match="shorter than the 10 bytes"):
+        short.finish()

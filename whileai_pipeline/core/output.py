@@ -6,6 +6,7 @@ import functools
 import glob
 import hashlib
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -59,6 +60,7 @@ class Spool:
         self.has_tail = False
         self.sha256 = hashlib.sha256()  # of final lines, taken as they are written (no re-read)
         self.hash_at_publish = False  # set once a part is appended unhashed
+        self.trailing = None  # the hash that follows spliced parts as they are written
         if dest is not None:
             try:
                 dest.parent.mkdir(parents=True, exist_ok=True)
@@ -105,20 +107,30 @@ class Spool:
             raise WriteFailedError(self.dest, exc) from exc
 
     def splice_part(self, part, suffixes):
-        """Append a worker's spooled part with each line's group fields spliced in, then delete it."""
+        """Append a worker's spooled part with each line's group fields spliced in, then delete it.
+
+        The parts are spliced by this process alone, once the workers are done, so a thread hashes
+        what is written right behind it (``TrailingHash``) on the core that would otherwise idle.
+        """
         try:
             self.fh.flush()
-            self.hash_at_publish = True
+            fd = self.fh.fileno()
+            if self.trailing is None:
+                self.trailing = TrailingHash(self.tmp)
             try:
-                splice_file(part, functools.partial(writev_all, self.fh.fileno()), suffixes, self.has_tail)
+                splice_file(part, functools.partial(writev_all, fd), suffixes, self.has_tail)
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(part)
+            self.trailing.advance(os.lseek(fd, 0, os.SEEK_CUR))
         except OSError as exc:
             raise WriteFailedError(self.dest, exc) from exc
 
     def discard(self):
         """Remove the spool and any part file a worker left (after an error)."""
+        if self.trailing is not None:
+            self.trailing.stop()
+            self.trailing = None
         if self.fh is not None:
             self.fh.close()
             self.fh = None
@@ -148,7 +160,10 @@ class Spool:
         try:
             if self.final_lines or (suffixes is None and not self.has_tail):
                 with open(self.tmp, "rb+") as fh:
-                    if self.final_lines and not self.hash_at_publish:
+                    if self.trailing is not None:
+                        trailing, self.trailing = self.trailing, None
+                        self.sha256 = _fsync_and_hash(fh, alongside, trailing.finish)
+                    elif self.final_lines and not self.hash_at_publish:
                         os.fsync(fh.fileno())
                         if alongside is not None:
                             alongside()
@@ -233,22 +248,79 @@ def writev_all(fd, pieces, batch=1024):
                 rest = rest[os.write(fd, rest):]
 
 
-def _fsync_and_hash(fh, alongside=None):
+def _fsync_and_hash(fh, alongside=None, digest=None):
     """fsync an open file and return its SHA-256 object, hashing the file while the disk flushes it.
 
     The flush waits on the disk and the hash on one core (hashlib lets go of the GIL for large
     blocks), so ``alongside`` (a callable, e.g. the source's own hash) gets the other core.
+    ``digest`` (a callable returning the hash object) replaces hashing the whole file here.
     """
     with cf.ThreadPoolExecutor(2) as threads:
         waits = [threads.submit(os.fsync, fh.fileno())]
         if alongside is not None:
             waits.append(threads.submit(alongside))
         try:
-            digest = sha256_of(fh.name)
+            digest = digest() if digest is not None else sha256_of(fh.name)
         finally:
             for wait in waits:
                 wait.result()
     return digest
+
+
+class TrailingHash:
+    """The SHA-256 of a file that is still being appended to, taken by a thread that reads the new
+    bytes back (from the page cache) as the writer reports them with ``advance``."""
+
+    def __init__(self, path, block_bytes=1 << 20):
+        self._path, self._block = path, block_bytes
+        self._limit, self._last = 0, False
+        self._more = threading.Condition()
+        self._thread = cf.ThreadPoolExecutor(1)
+        self._digest = self._thread.submit(self._run)
+
+    def advance(self, size):
+        """The file now holds ``size`` bytes that will not change."""
+        with self._more:
+            self._limit = size
+            self._more.notify()
+
+    def finish(self):
+        """The hash object of the file as it stands after the last ``advance``."""
+        with self._more:
+            self._last = True
+            self._more.notify()
+        try:
+            return self._digest.result()
+        finally:
+            self._thread.shutdown()
+
+    def stop(self):
+        """Give up (the export failed); waits for the thread to end."""
+        with self._more:
+            self._last, self._limit = True, -1
+            self._more.notify()
+        self._thread.shutdown()
+
+    def _run(self):
+        h = hashlib.sha256()
+        buffer = bytearray(self._block)
+        done = 0
+        with open(self._path, "rb", buffering=0) as fh, memoryview(buffer) as view:
+            while True:
+                with self._more:
+                    while done >= self._limit and not self._last:
+                        self._more.wait()
+                    limit, last = self._limit, self._last
+                if limit < 0:
+                    return None
+                while done < limit:
+                    n = fh.readinto(view[:min(self._block, limit - done)])
+                    if not n:
+                        raise OSError(f"{self._path} is shorter than the {limit} bytes written to it")
+                    h.update(view[:n])
+                    done += n
+                if last:
+                    return h
 
 
 def finish(report, started):
