@@ -76,7 +76,9 @@ def _sft_outcome(raw, plan):
         group = row_summary(entry) if plan.summarize_groups else None
         row = entry
         if plan.trl:
-            row = trl_completion_row(entry) if plan.completion_rows else trl_training_row(entry)
+            # the entry's messages are this function's own, decoded in place; unrolled samples share them
+            row = (trl_completion_row(entry, copy=plan.unroll) if plan.completion_rows
+                   else trl_training_row(entry, copy=plan.unroll))
             if row is None:
                 entries.append((problems, group, None))
                 continue

@@ -25,8 +25,22 @@ def strict_loads(value: str):
 
 
 def lenient_loads(value: str):
-    """The spec's decoder: Python's ``json.loads``, which also reads ``NaN``/``Infinity`` tokens."""
+    """The spec's decoder: Python's ``json.loads``, which also reads ``NaN``/``Infinity`` tokens.
+
+    orjson gives the same value five times as fast for all it accepts but one thing: it turns an
+    integer beyond 64 bits into a float. So text with 19 digits in a row, and text orjson refuses
+    (``NaN``, ``1e400``, lone surrogates, bad JSON), goes to ``json.loads`` (a hypothesis property
+    compares the two).
+    """
+    if _LONG_DIGITS.search(value) is None:
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            pass
     return json.loads(value)
+
+
+_LONG_DIGITS = re.compile(r"[0-9]{19}")
 
 
 def decode_arguments(raw):
@@ -47,12 +61,19 @@ def decode_arguments(raw):
 
 
 def has_nonfinite(value) -> bool:
+    """True when a NaN or an infinity sits anywhere in ``value`` (dicts, lists and tuples are searched)."""
     if isinstance(value, float):
         return not math.isfinite(value)
     if isinstance(value, dict):
-        return any(has_nonfinite(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(has_nonfinite(v) for v in value)
+        value = value.values()
+    elif not isinstance(value, (list, tuple)):
+        return False
+    for item in value:
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:  # the common leaves, skipped at once
+            continue
+        if has_nonfinite(item):
+            return True
     return False
 
 
