@@ -127,8 +127,9 @@ def test_preference_workers_give_identical_bytes(tmp_path, monkeypatch, fmt):
         leak = {"prompt": "p", "steps": [{"text": "it is a long hidden reference text"}],
                 "privileged": {"reference": "a long hidden reference text"}}
         fh.write(dumps({"prompt": "p", "chosen": leak, "rejected": {"prompt": "p", "final_text": "no"}}) + b"\n")
-    with pytest.raises(wai.PrivilegedLeakError):
+    with pytest.raises(wai.PrivilegedLeakError) as refused:
         wai.export_preference(tmp_path / "pairs.jsonl", tmp_path / "three.jsonl", workers=2, format=fmt)
+    assert refused.value.report["source_sha256"] == hashlib.sha256((tmp_path / "pairs.jsonl").read_bytes()).hexdigest()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.jsonl", "pairs.jsonl", "run.jsonl", "two.jsonl"]
 
 
@@ -231,13 +232,18 @@ def test_scoring_over_workers_writes_the_same_file(tmp_path, monkeypatch, scorer
     assert results[2][1]["n"] == 300 and seen[-1] == 300
 
 
-@pytest.mark.parametrize("grouped", [True, False])
-def test_a_source_changed_before_its_late_hash_publishes_nothing(tmp_path, monkeypatch, grouped):
+@pytest.mark.parametrize("kind", ["grouped", "unrolled", "preference"])
+def test_a_source_changed_before_its_late_hash_publishes_nothing(tmp_path, monkeypatch, kind):
     """A pooled export hashes its source at the end; if the file changed after the pass read it, the
     hash would not be of the rows exported, so the export fails and the previous output stays."""
     from whileai_pipeline.core import runs
+    from whileai_pipeline.core.pairs import build_pairs_file
 
-    src = _run(tmp_path / "run.jsonl", bad_arguments=False)
+    src = _run(tmp_path / "run.jsonl", n=400, bad_arguments=False)
+    if kind == "preference":
+        build_pairs_file(src, tmp_path / "pairs.jsonl", max_pairs_per_prompt=2, min_margin=0.5, workers=1)
+        src.unlink()
+        src = tmp_path / "pairs.jsonl"
     monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
     (tmp_path / "out.jsonl").write_bytes(b"previous\n")
     hash_whole = runs._HashingRows.hash_whole
@@ -249,6 +255,9 @@ def test_a_source_changed_before_its_late_hash_publishes_nothing(tmp_path, monke
 
     monkeypatch.setattr(runs._HashingRows, "hash_whole", appended_first)
     with pytest.raises(wai.ExportError, match=rf"^source_changed: {src} changed"):
-        wai.export_dataset(src, tmp_path / "out.jsonl", workers=2, unroll=not grouped, validate=False)
+        if kind == "preference":
+            wai.export_preference(src, tmp_path / "out.jsonl", workers=2, validate=False)
+        else:
+            wai.export_dataset(src, tmp_path / "out.jsonl", workers=2, unroll=kind == "unrolled", validate=False)
     assert (tmp_path / "out.jsonl").read_bytes() == b"previous\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "run.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", src.name]

@@ -20,7 +20,7 @@ from .output import Spool, finish, refuse_source
 from .pairs import first_turn_note, length_note
 from .progress import tick
 from .rows import SchemaCheck, preference_problems, stamp
-from .runs import resolve_source
+from .runs import SourceDigest, check_unchanged, file_stamp, resolve_source
 from .trl import trl_preference_row
 from .wire import has_tool_calls, to_wire
 
@@ -159,9 +159,9 @@ def _run_pairs(src, plan, tally, spool, dest, workers):
 
         n = workers_for(src.path, workers)
         if n > 1:
+            src.hashed.deferred = True  # hashed at the end, beside the output's flush (``SourceDigest``)
             with WorkerPool(n) as pool:
-                jobs = ((chunk, _pair_lines, plan, spool.part(k))
-                        for k, chunk in enumerate(line_chunks(src.path, src.hashed.sha256)))
+                jobs = ((chunk, _pair_lines, plan, spool.part(k)) for k, chunk in enumerate(line_chunks(src.path)))
                 for outcomes, part in pool.ordered(write_chunk, src.path, jobs):
                     for _, outcome in outcomes:
                         tally.consume(outcome)
@@ -184,10 +184,12 @@ def export_preference(pairs, output=None, *, system_prompt=None, tools=None, str
     if dest is not None and src.path is not None:
         refuse_source(dest, src.path)
     plan = _PairPlan(src.system, src.tools, strip_think, drop_ties, format)
+    stamp = file_stamp(src.path)
     spool = Spool(dest)
     try:
         tally = _PairTally(format, spool, progress)
         _run_pairs(src, plan, tally, spool, dest, workers)
+        check_unchanged(src.path, stamp)
         t = tally
         n_entries, skipped, bad, ties, dropped, n_out = t.n_entries, t.skipped, t.bad, t.ties, t.dropped, t.n_out
         rejected_quoting, deltas, longer, identical = t.rejected_quoting, t.deltas, t.longer, t.identical
@@ -243,20 +245,24 @@ def export_preference(pairs, output=None, *, system_prompt=None, tools=None, str
         report["rows_skipped"] = skipped
         if src.path is not None:
             report["source_path"] = str(src.path)
-            report["source_sha256"] = src.sha256
+            report["source_sha256"] = None if src.hashed is not None and src.hashed.deferred else src.sha256
+        source_digest = SourceDigest(src, stamp, report)
 
         if validate and roundtrip.invalid:
             rt = report["tool_call_roundtrip"]
+            source_digest()
             raise RoundtripInvalidError(
                 f"tool_call_roundtrip_invalid: {rt['invalid']} of {rt['checked']} tool calls in the pairs do not "
                 "parse back to structured arguments. Fix the rows or pass validate=False.", finish(report, started))
         if validate and leaks.n_leaked:
+            source_digest()
             raise PrivilegedLeakError(
                 f"privileged_leak: {leaks.n_leaked} of {leaks.n_checked} chosen replies quote their own privileged "
                 "context (reference, principle or hidden state); DPO would teach the model to say what only the "
                 "grader was told. Drop those pairs (report['privileged_leaks']['leaked'] names them) or pass "
                 "validate=False.", finish(report, started))
         if not n_out:
+            source_digest()
             if validate:
                 raise NoPreferencePairsError(
                     "no_preference_pairs: nothing had a chosen and a rejected side. All-pass or all-fail runs "
@@ -265,9 +271,10 @@ def export_preference(pairs, output=None, *, system_prompt=None, tools=None, str
             report["path"] = None
             return finish(report, started)
         if dest is not None:
-            report["sha256"] = spool.publish()
+            report["sha256"] = spool.publish(alongside=source_digest)
             report["path"] = str(dest)
             report["n_written"] = n_out
+        source_digest()
         return finish(report, started)
     finally:
         spool.discard()

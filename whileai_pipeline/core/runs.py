@@ -5,10 +5,13 @@ system prompt and tool schemas the agent ran with. Sources are resolved to one s
 is read exactly once, so the rows exported and the rows the leak gate reads are the same rows.
 """
 
+import concurrent.futures as cf
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import ExportError
 from .jsonl import iter_jsonl, read_json, sha256_of
 from .text import text
 
@@ -168,3 +171,53 @@ def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True) -> S
             tools_from = "none"
     return Source(rows=rows, path=path, system=system, tools=tool_list, system_source=system_from,
                   tools_source=tools_from, hashed=hashed)
+
+
+def file_stamp(path):
+    """(size, mtime) of a source file, to tell whether it changed while it was read; None for no file."""
+    if path is None:
+        return None
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+def check_unchanged(path, stamp):
+    if stamp is not None and file_stamp(path) != stamp:
+        raise ExportError(f"source_changed: {path} changed while it was being exported; nothing was "
+                          "written. Export again once the file is complete.")
+
+
+class SourceDigest:
+    """Completes ``report["source_sha256"]`` after a pass that left the source unhashed (DECISIONS 15).
+
+    Called once the report exists: before a gate error, or alongside the output's flush. The file is
+    hashed whole and must still be the file the pass read (same size and mtime), or nothing is
+    published. Calling it again does nothing.
+    """
+
+    def __init__(self, src, stamp, report):
+        self.src, self.stamp, self.report = src, stamp, report
+        self._thread = None
+
+    def start(self):
+        """Begin hashing in a thread (hashlib lets go of the GIL), for a stretch where a core is idle."""
+        hashed = self.src.hashed
+        if hashed is not None and hashed.deferred and self._thread is None:
+            self._thread = cf.ThreadPoolExecutor(1)
+            self._done = self._thread.submit(self._hash)
+
+    def __call__(self):
+        if self._thread is not None:
+            try:
+                self._done.result()
+            finally:
+                self._thread.shutdown()
+                self._thread = None
+        hashed = self.src.hashed
+        if hashed is not None and hashed.deferred:
+            self._hash()
+
+    def _hash(self):
+        self.src.hashed.hash_whole()
+        check_unchanged(self.src.path, self.stamp)
+        self.report["source_sha256"] = self.src.sha256

@@ -7,12 +7,11 @@ row's task key and reward only, so every line is written final. A one-shot itera
 goes to a spool beside the destination and ``Spool.publish`` splices each line's group fields in at
 the end. A big file over worker processes keeps its part files in the spool's format until every row
 is seen, then the parent splices the fields in as it appends the parts in order (``_splice_parts``),
-while a thread hashes the source (``_SourceDigest``). Memory holds per-group state (the per-row group index and reward go to a
-temporary file when no pre-scan is made), never rows, and nothing is published when a gate or a
-schema check fails.
+while a thread hashes the source (``SourceDigest``). Memory holds per-group state (the per-row group
+index and reward go to a temporary file when no pre-scan is made), never rows, and nothing is
+published when a gate or a schema check fails.
 """
 
-import concurrent.futures as cf
 import contextlib
 import math
 import os
@@ -36,7 +35,7 @@ from .masks import check_mask_mode
 from .output import Spool, destination, finish, refuse_source, spool_line
 from .progress import tick
 from .rows import PASS_THRESHOLD, SchemaCheck, convert_row, training_problems
-from .runs import resolve_source
+from .runs import SourceDigest, check_unchanged, file_stamp, resolve_source
 from .trl import (
     TRL_LOSS_COMPLETION,
     TRL_LOSS_MESSAGES,
@@ -319,7 +318,7 @@ def _run_pass(src, plan, tally, spool, prescan_wanted, pool):
         for line, raw in iter_jsonl(src.path, hasher):
             tally.consume(_sft_outcome(raw, plan), line)
         return
-    # The parent leaves the source's hash for the end (``_SourceDigest``): here it would take a core
+    # The parent leaves the source's hash for the end (``SourceDigest``): here it would take a core
     # from the workers, there one is free while the disk flushes the output.
     src.hashed.deferred = True
     # without groups to stamp a spooled line is final (it has no tail): append the parts as they come
@@ -364,7 +363,7 @@ def export_dataset(source, output=None, *, system_prompt=None, tools=None, strip
     if dest is not None and src.path is not None:
         refuse_source(dest, src.path)
     plan = _SftPlan(src.system, src.tools, strip_think, mask_mode, unroll, max_tool_output_chars, format)
-    stamp = _file_stamp(src.path)
+    stamp = file_stamp(src.path)
     n = 1
     if src.hashed is not None:
         from .parallel import workers_for
@@ -383,12 +382,12 @@ def export_dataset(source, output=None, *, system_prompt=None, tools=None, strip
             pool = stack.enter_context(WorkerPool(n))
         tally = _SftTally(plan, spool, src.path, progress)
         _run_pass(src, plan, tally, spool, prescan_wanted, pool)
-        _check_unchanged(src.path, stamp)
+        check_unchanged(src.path, stamp)
         if progress is not None:
             progress(tally.rows_read)
         tally.schema.raise_if_bad()
         report = _sft_report(tally, src, plan, max_tool_output_chars)
-        source_digest = _SourceDigest(src, stamp, report)
+        source_digest = SourceDigest(src, stamp, report)
 
         roundtrip, leaks = tally.roundtrip, tally.leaks
         if validate and roundtrip.invalid:
@@ -414,55 +413,6 @@ def export_dataset(source, output=None, *, system_prompt=None, tools=None, strip
     finally:
         stack.close()
         spool.discard()
-
-
-def _file_stamp(path):
-    if path is None:
-        return None
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns
-
-
-def _check_unchanged(path, stamp):
-    if stamp is not None and _file_stamp(path) != stamp:
-        raise ExportError(f"source_changed: {path} changed while it was being exported; nothing was "
-                          "written. Export again once the file is complete.")
-
-
-class _SourceDigest:
-    """Completes ``report["source_sha256"]`` after a pass that left the source unhashed (DECISIONS 15).
-
-    Called once the report exists: before a gate error, or alongside the output's flush. The file is
-    hashed whole and must still be the file the pass read (same size and mtime), or nothing is
-    published. Calling it again does nothing.
-    """
-
-    def __init__(self, src, stamp, report):
-        self.src, self.stamp, self.report = src, stamp, report
-        self._thread = None
-
-    def start(self):
-        """Begin hashing in a thread (hashlib lets go of the GIL), for a stretch where a core is idle."""
-        hashed = self.src.hashed
-        if hashed is not None and hashed.deferred and self._thread is None:
-            self._thread = cf.ThreadPoolExecutor(1)
-            self._done = self._thread.submit(self._hash)
-
-    def __call__(self):
-        if self._thread is not None:
-            try:
-                self._done.result()
-            finally:
-                self._thread.shutdown()
-                self._thread = None
-        hashed = self.src.hashed
-        if hashed is not None and hashed.deferred:
-            self._hash()
-
-    def _hash(self):
-        self.src.hashed.hash_whole()
-        _check_unchanged(self.src.path, self.stamp)
-        self.report["source_sha256"] = self.src.sha256
 
 
 def _sft_report(tally, src, plan, max_tool_output_chars):
@@ -525,7 +475,7 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
     if src.path is not None:
         report["source_path"] = str(src.path)
         if src.hashed is not None:
-            report["source_sha256"] = None if src.hashed.deferred else src.sha256  # else _SourceDigest fills it in
+            report["source_sha256"] = None if src.hashed.deferred else src.sha256  # else SourceDigest fills it in
     return report
 
 
