@@ -42,7 +42,7 @@ def scrub(value):
         if not BLOCKED_KEYS.isdisjoint(value):
             out = {k: v for k, v in value.items() if k not in BLOCKED_KEYS}
         for key, item in (out if out is not None else value).items():
-            if type(item) in _SCALARS:
+            if type(item) in SCALAR_TYPES:
                 continue
             new = scrub(item)
             if new is not item:
@@ -53,7 +53,7 @@ def scrub(value):
     if kind is list or kind is tuple or isinstance(value, (list, tuple)):
         new_items = None
         for i, item in enumerate(value):
-            if type(item) in _SCALARS:
+            if type(item) in SCALAR_TYPES:
                 continue
             new = scrub(item)
             if new is not item:
@@ -66,7 +66,7 @@ def scrub(value):
     return value
 
 
-_SCALARS = frozenset({str, int, float, bool, type(None)})
+SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
 # ---------------------------------------------------------------- round-trip gate
@@ -138,20 +138,32 @@ def tool_call_roundtrip(rows, *, format="openai"):
 
 def leak_needles(row, min_len=LEAK_MIN_QUOTE_CHARS):
     """(field path, normalized text, its longest word) of every privileged string long enough to be a quote."""
+    return _needle_set(row, min_len)[0]
+
+
+def _needle_set(row, min_len):
+    """(``leak_needles``, the distinct longest words among them), built once per privileged block."""
     privileged = row.get("privileged")
     if not isinstance(privileged, dict):
-        return []
+        return _NO_NEEDLES
     try:  # the rollouts of one scenario share their privileged block: build its needles once
         key = (min_len, orjson.dumps(privileged, option=orjson.OPT_NON_STR_KEYS))
     except (orjson.JSONEncodeError, TypeError):
-        return _needles(privileged, min_len)
-    needles = _NEEDLE_CACHE.get(key)
-    if needles is None:
-        needles = _needles(privileged, min_len)
+        return _with_words(_needles(privileged, min_len))
+    found = _NEEDLE_CACHE.get(key)
+    if found is None:
+        found = _with_words(_needles(privileged, min_len))
         if len(_NEEDLE_CACHE) >= _NEEDLE_CACHE_SIZE:
             _NEEDLE_CACHE.pop(next(iter(_NEEDLE_CACHE)))
-        _NEEDLE_CACHE[key] = needles
-    return needles
+        _NEEDLE_CACHE[key] = found
+    return found
+
+
+def _with_words(needles):
+    return needles, tuple(dict.fromkeys(word for _, _, word in needles))
+
+
+_NO_NEEDLES = ([], ())
 
 
 _NEEDLE_CACHE = {}
@@ -209,11 +221,11 @@ def leak_verdict(row, min_len=LEAK_MIN_QUOTE_CHARS, rebuilt=None):
     words hold no whitespace, so inside the normalized replies each lies within one of their words,
     and those are pieces of the lowercased replies (lowercasing twice changes nothing).
     """
-    needles = leak_needles(row, min_len)
+    needles, words = _needle_set(row, min_len)
     if not needles:
         return None
     lowered = _lowered_replies(row, rebuilt)
-    if not any(word in lowered for _, _, word in needles):
+    if not any(word in lowered for word in words):
         return False
     haystack = normalize(lowered)
     for field, needle, _ in needles:

@@ -164,7 +164,8 @@ class _SftTally:
         self.leaks.record(leak)
         self.n_length_cut += length_cut
         for problems, group, written in entries:
-            self.schema.add(self.n_entries, problems, line and f"{self.source_path}:{line}")
+            if problems:
+                self.schema.add(self.n_entries, problems, line and f"{self.source_path}:{line}")
             self.n_entries += 1
             if self.prescan is not None:
                 g = self.prescan.groups.row_group(self.rows_read - 1)
