@@ -195,7 +195,7 @@ def test_a_daemonic_caller_runs_in_one_process(tmp_path):
     child.start()
     child.join(120)
     assert child.exitcode == 0
-    one = wai.export_dataset(src, tmp_path / "one.jsonl", workers=1)
+    wai.export_dataset(src, tmp_path / "one.jsonl", workers=1)
     assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "out.jsonl").read_bytes()
 
 

@@ -78,7 +78,7 @@ def test_sft_metadata_equals_library_report_for_the_same_input(clean, tmp_path):
     assert md["status"].value == "published" and md["published"].value is True and md["validate"].value is True
     assert "rejected_path" not in md
     assert "sft export: published" in md["summary"].value
-    assert md[f"openai/report"].value["system_prompt_source"] == "sidecar"
+    assert md["openai/report"].value["system_prompt_source"] == "sidecar"
 
 
 def test_dpo_metadata_equals_library_report_for_the_same_input(clean, tmp_path):

@@ -14,11 +14,10 @@ published when a gate or a schema check fails.
 
 import contextlib
 import math
-import os
 import time
 
 from .conversation import conversation
-from .errors import ExportError, PrivilegedLeakError, RoundtripInvalidError
+from .errors import PrivilegedLeakError, RoundtripInvalidError
 from .gates import (
     ENCODINGS,
     LeakGate,
