@@ -261,3 +261,24 @@ def test_a_source_changed_before_its_late_hash_publishes_nothing(tmp_path, monke
             wai.export_dataset(src, tmp_path / "out.jsonl", workers=2, unroll=kind == "unrolled", validate=False)
     assert (tmp_path / "out.jsonl").read_bytes() == b"previous\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", src.name]
+
+
+def test_a_failed_splice_leaves_no_thread_and_no_file(tmp_path, monkeypatch):
+    """The source's hash starts in a thread with the splice; when the splice fails, the thread is
+    ended with the export and nothing is published."""
+    import threading
+
+    from whileai_pipeline.core import output
+
+    src = _run(tmp_path / "run.jsonl", bad_arguments=False)
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
+
+    def disk_full(self, part, suffixes):
+        raise wai.WriteFailedError(self.dest, OSError(28, "No space left on device"))
+
+    monkeypatch.setattr(output.Spool, "splice_part", disk_full)
+    before = set(threading.enumerate())
+    with pytest.raises(wai.WriteFailedError):
+        wai.export_dataset(src, tmp_path / "out.jsonl", workers=2, validate=False)
+    assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.jsonl"]

@@ -388,6 +388,7 @@ def export_dataset(source, output=None, *, system_prompt=None, tools=None, strip
         tally.schema.raise_if_bad()
         report = _sft_report(tally, src, plan, max_tool_output_chars)
         source_digest = SourceDigest(src, stamp, report)
+        stack.callback(source_digest.close)
 
         roundtrip, leaks = tally.roundtrip, tally.leaks
         if validate and roundtrip.invalid:
