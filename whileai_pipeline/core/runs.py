@@ -213,15 +213,15 @@ class SourceDigest:
             finally:
                 self._thread.shutdown()
                 self._thread = None
+        hashed = self.src.hashed
+        if hashed is not None and hashed.deferred:
+            self._hash()
 
     def close(self):
         """After a failed export: let a started hash end (its outcome no longer matters)."""
         if self._thread is not None:
             self._thread.shutdown(wait=True)
             self._thread = None
-        hashed = self.src.hashed
-        if hashed is not None and hashed.deferred:
-            self._hash()
 
     def _hash(self):
         self.src.hashed.hash_whole()
