@@ -64,3 +64,36 @@ def test_sigkill_never_leaves_a_mixed_or_truncated_export(tmp_path):
     wai.export_dataset(src, out, validate=False, workers=1)     # the next run cleans up
     assert out.read_bytes() == new_bytes
     assert _temps(tmp_path) == []
+
+
+def test_every_publish_syncs_the_file_then_the_rename(tmp_path, monkeypatch):
+    """A crash after publishing must not lose the rename: every way an export writes its file fsyncs
+    the file before the rename and the directory after it (one process, workers, unrolled, a list)."""
+    import stat
+    import threading
+
+    from whileai_pipeline.core import parallel
+
+    run = tmp_path / "run.jsonl"
+    _big_run(run, rows=60)
+    synced, lock = [], threading.Lock()
+    real_fsync = os.fsync
+
+    def recording_fsync(fd):
+        with lock:
+            synced.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 64 << 10)
+    exports = {
+        "one process": lambda out: wai.export_dataset(run, out, workers=1, validate=False),
+        "workers": lambda out: wai.export_dataset(run, out, workers=2, validate=False),
+        "unrolled over workers": lambda out: wai.export_dataset(run, out, workers=2, unroll=True, validate=False),
+        "a one-shot iterator": lambda out: wai.export_dataset(iter(list(wai.read_jsonl(run))), out, validate=False),
+    }
+    for name, export in exports.items():
+        synced.clear()
+        export(tmp_path / f"{name}.jsonl")
+        assert synced and synced[-1] == "dir", (name, synced)
+        assert "file" in synced[:-1], (name, synced)

@@ -253,10 +253,11 @@ def atomic_file(dest):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    _fsync_dir(dest.parent)
+    fsync_dir(dest.parent)
 
 
-def _fsync_dir(directory):
+def fsync_dir(directory):
+    """Make a rename in ``directory`` durable (best effort: some filesystems refuse a directory fsync)."""
     with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY)
         try:

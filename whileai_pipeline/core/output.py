@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from .errors import OutputIsSourceError, WriteFailedError
-from .jsonl import TMP_SUFFIX, atomic_file, sha256_of, splice, temp_beside
+from .jsonl import TMP_SUFFIX, atomic_file, fsync_dir, sha256_of, splice, temp_beside
 from .parallel import append_part
 
 
@@ -170,6 +170,7 @@ class Spool:
                     else:
                         self.sha256 = _fsync_and_hash(fh, alongside)
                 os.replace(self.tmp, self.dest)
+                fsync_dir(self.dest.parent)  # as atomic_file does: the rename itself survives a crash
             else:
                 if alongside is not None:
                     alongside()
