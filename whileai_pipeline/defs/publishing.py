@@ -20,7 +20,7 @@ import os
 import shutil
 from pathlib import Path
 
-from whileai_pipeline.core.jsonl import sha256_file, write_json
+from whileai_pipeline.core.jsonl import fsync_dir, sha256_file, write_json
 
 GATES = ("tool_call_roundtrip", "privileged_leak")
 VOLATILE_REPORT_KEYS = ("elapsed_seconds",)
@@ -78,13 +78,14 @@ def publish(candidates: dict, reports: dict, destinations: dict) -> dict:
         if not _written(report, candidate):
             outcomes[fmt] = {"path": None, "sha256": None, "unchanged": False}
             continue
-        sha = sha256_file(candidate)
+        sha = report.get("sha256") or sha256_file(candidate)  # the exporter hashed what it wrote
         dest.parent.mkdir(parents=True, exist_ok=True)
-        unchanged = dest.is_file() and sha256_file(dest) == sha
+        unchanged = dest.is_file() and dest.stat().st_size == candidate.stat().st_size and sha256_file(dest) == sha
         if unchanged:
             candidate.unlink()
         else:
             os.replace(candidate, dest)
+            fsync_dir(dest.parent)
         write_json(report_file(dest), report_for_file(report, dest))
         outcomes[fmt] = {"path": str(dest), "sha256": sha, "unchanged": unchanged}
     return outcomes
@@ -105,7 +106,8 @@ def reject(candidates: dict, reports: dict, rejected_dir: Path, failed: dict, va
         dest = rejected_dir / candidate.name
         if _written(report, candidate):
             os.replace(candidate, dest)
-            sha = sha256_file(dest)
+            fsync_dir(dest.parent)
+            sha = report.get("sha256") or sha256_file(dest)
         else:
             dest, sha = None, None
         write_json(report_file(rejected_dir / candidate.name), report_for_file(report, dest))
