@@ -94,11 +94,6 @@ def wire_arguments(raw) -> str:
             return value
     elif not value:
         value = {}
-    return _dict_arguments(value)
-
-
-def _dict_arguments(value) -> str:
-    """``wire_arguments`` of a decoded value (an object, the usual case, goes straight here)."""
     encoded = dumps(value)
     if b"null" in encoded and has_nonfinite(value):  # orjson wrote NaN/Infinity as null
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
@@ -189,10 +184,8 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
         if type(content) is not str:
             content = content_text(content)
         if role == "assistant":
-            if strip_think:  # strip_think_blocks, inlined: this loop runs for every message of every row
-                if "<" in content:
-                    content = _THINK.sub("", content)
-                content = content.strip()
+            if strip_think:
+                content = strip_think_blocks(content)
             entry = {"role": "assistant", "content": content}
             calls = message.get("tool_calls")
             if calls:
@@ -210,24 +203,17 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
                         call_id = "call_%04d" % counter
                         counter += 1
                     pending.append(call_id)
-                    name = fn.get("name") or ""
-                    arguments = fn.get("arguments")
                     wire_calls.append({
                         "id": call_id,
                         "type": "function",
-                        "function": {
-                            "name": name if type(name) is str else str(name),
-                            "arguments": _dict_arguments(arguments) if type(arguments) is dict and arguments
-                            else wire_arguments(arguments),
-                        },
+                        "function": {"name": text(fn.get("name") or ""), "arguments": wire_arguments(fn.get("arguments"))},
                     })
                 entry["tool_calls"] = wire_calls
             out.append(entry)
         elif role == "tool":
-            if max_tool_output_chars is not None:
-                content, was_cut, cut = cut_tool_output(content, max_tool_output_chars)
-                if was_cut and stats is not None:
-                    stats.cuts.append((len(out), cut))
+            content, was_cut, cut = cut_tool_output(content, max_tool_output_chars)
+            if was_cut and stats is not None:
+                stats.cuts.append((len(out), cut))
             entry = {"role": "tool", "content": content}
             name = message.get("name")
             if name:
