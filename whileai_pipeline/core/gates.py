@@ -42,7 +42,7 @@ def scrub(value):
         if not BLOCKED_KEYS.isdisjoint(value):
             out = {k: v for k, v in value.items() if k not in BLOCKED_KEYS}
         for key, item in (out if out is not None else value).items():
-            if type(item) in SCALAR_TYPES:
+            if type(item) in _SCALARS:
                 continue
             new = scrub(item)
             if new is not item:
@@ -53,7 +53,7 @@ def scrub(value):
     if kind is list or kind is tuple or isinstance(value, (list, tuple)):
         new_items = None
         for i, item in enumerate(value):
-            if type(item) in SCALAR_TYPES:
+            if type(item) in _SCALARS:
                 continue
             new = scrub(item)
             if new is not item:
@@ -66,7 +66,7 @@ def scrub(value):
     return value
 
 
-SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 # ---------------------------------------------------------------- round-trip gate

@@ -2,7 +2,7 @@
 
 from .conversation import bridge_tool_trace, conversation
 from .errors import SchemaInvalidError
-from .gates import SCALAR_TYPES, scrub
+from .gates import scrub
 from .groups import stamp_groups
 from .masks import check_mask_mode, loss_mask, unroll as unroll_entry
 from .runs import resolve_source
@@ -50,7 +50,7 @@ def convert_row(raw, system, tools, strip_think, mask_mode, unroll, cap, rebuilt
     for key in sorted(present, key=_CARRIED_ORDER.__getitem__) if len(present) > 1 else present:
         value = row[key]
         if value is not None:
-            entry[key] = value if type(value) in SCALAR_TYPES else scrub(value)
+            entry[key] = scrub(value)
     if unroll:
         return [stamp(s) for s in unroll_entry(entry, row, stats.cuts)]
     return [stamp(entry)]
