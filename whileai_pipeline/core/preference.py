@@ -245,7 +245,7 @@ def export_preference(pairs, output=None, *, system_prompt=None, tools=None, str
         report["rows_skipped"] = skipped
         if src.path is not None:
             report["source_path"] = str(src.path)
-            report["source_sha256"] = None if src.hashed is not None and src.hashed.deferred else src.sha256
+            report["source_sha256"] = src.sha256  # None until SourceDigest fills it in
         source_digest = SourceDigest(src, stamp, report)
 
         if validate and roundtrip.invalid:

@@ -118,7 +118,10 @@ class Source:
 
     @property
     def sha256(self):
-        return self.hashed.sha256.hexdigest() if self.hashed is not None else None
+        """The file's SHA-256; None for no file, or while a pass has left it to ``SourceDigest``."""
+        if self.hashed is None or self.hashed.deferred:
+            return None
+        return self.hashed.sha256.hexdigest()
 
 
 def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True) -> Source:

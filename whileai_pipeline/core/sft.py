@@ -476,7 +476,7 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
     if src.path is not None:
         report["source_path"] = str(src.path)
         if src.hashed is not None:
-            report["source_sha256"] = None if src.hashed.deferred else src.sha256  # else SourceDigest fills it in
+            report["source_sha256"] = src.sha256  # None until SourceDigest fills it in
     return report
 
 
