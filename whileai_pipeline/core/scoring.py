@@ -23,6 +23,8 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
+from .groups import task_key
+
 PASS_THRESHOLD = 0.5
 BUILTIN_SCORERS = ("existing", "reference_match")
 _PUNCT = re.compile(r"[^\w\s]+", re.UNICODE)
@@ -166,7 +168,7 @@ def score_facts(row, _=None):
     """
     if not isinstance(row, dict):
         return None
-    return row.get("reward"), str(row.get("scenario_id") or row.get("task_id") or row.get("prompt") or "")
+    return row.get("reward"), task_key(row)
 
 
 def score_stats_of_file(path, workers=None):
