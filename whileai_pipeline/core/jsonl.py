@@ -51,15 +51,40 @@ def dumps(value) -> bytes:
 
 
 def _plain(value):
+    """``value`` with what orjson refuses made plain, everything else written as orjson writes it, so
+    the fallback changes only the refused parts (a row's bytes do not depend on whether some other part
+    of it needed the fallback)."""
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {_plain_key(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
+    if isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**64:
         return str(value)
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def _plain_key(key):
+    """The text orjson gives a non-string key (``OPT_NON_STR_KEYS``), or ``str(key)`` where it has none."""
+    if isinstance(key, str):
+        return key
+    try:
+        return next(iter(orjson.loads(orjson.dumps({key: None}, default=_default, option=_DUMP_OPTS))))
+    except orjson.JSONEncodeError:
+        return str(key)
+
+
+def dumps_reusing(row, key, encoded) -> bytes:
+    """``dumps(row)``, writing ``row[key]`` as ``encoded``: what ``dumps`` gave for that value before.
+
+    An export puts the same tools list in every row. Serializing it once per export instead of once
+    per row takes about 3 of the 17 µs that ``dumps`` spends on a 20 KB bench row. ``row[key]`` is
+    replaced in place (by an ``orjson.Fragment``), so pass a row that is only being written out.
+    """
+    if encoded is not None and key in row:
+        row[key] = orjson.Fragment(encoded)
+    return dumps(row)
 
 
 def dumps_line(value) -> bytes:

@@ -15,7 +15,7 @@ from .gates import (
     leak_verdict,
     scrub,
 )
-from .jsonl import dumps
+from .jsonl import dumps, dumps_reusing
 from .output import Spool, finish, refuse_source
 from .pairs import first_turn_note, length_note
 from .progress import tick
@@ -43,6 +43,7 @@ class _PairPlan:
         self.system, self.tools, self.strip_think, self.drop_ties = system, tools, strip_think, drop_ties
         self.trl = format == "trl"
         self.encoding = ENCODINGS[format]
+        self.tools_json = dumps(list(tools)) if tools else None  # every row's "tools", serialized once
 
 
 _SKIP, _BAD, _TIE, _DROPPED = "skip", "bad", "tie", "dropped"
@@ -90,7 +91,7 @@ def _pair_outcome(item, plan):
         entry.get("first_turn_differs") is False,
         margin if isinstance(margin, (int, float)) else None,
     )
-    return preference_problems(entry), facts, dumps(entry)
+    return preference_problems(entry), facts, dumps_reusing(entry, "tools", plan.tools_json)
 
 
 class _PairTally:

@@ -29,7 +29,7 @@ from .gates import (
     scrub,
 )
 from .groups import GroupStats, numeric_reward, row_summary
-from .jsonl import _BLANK, dumps, iter_jsonl, iter_jsonl_lines
+from .jsonl import _BLANK, dumps, dumps_reusing, iter_jsonl, iter_jsonl_lines
 from .masks import check_mask_mode
 from .output import Spool, destination, finish, refuse_source, spool_line
 from .progress import tick
@@ -55,6 +55,7 @@ class _SftPlan:
         self.grouping = not unroll
         self.summarize_groups = self.grouping  # off when a pre-scan already has every row's group
         self.encoding = ENCODINGS[format]
+        self.tools_json = dumps(list(tools)) if tools else None  # every row's "tools", serialized once
 
 
 def _sft_outcome(raw, plan):
@@ -102,7 +103,7 @@ def _sft_outcome(raw, plan):
             trained, masked,
             _reward_class(row.get("reward")),
         )
-        entries.append((problems, group, (facts, dumps(row), tail)))
+        entries.append((problems, group, (facts, dumps_reusing(row, "tools", plan.tools_json), tail)))
     return leak, raw.get("finish_reason") == "length", entries
 
 
