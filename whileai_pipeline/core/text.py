@@ -16,12 +16,32 @@ def pyjson(value) -> str:
     byte for byte (DECISIONS 10). Files and arguments use compact orjson instead.
     """
     try:
-        return _ENCODE(value)
+        return _encode(value)
     except TypeError:  # a type JSON has no form for somewhere inside: fall back to str() for it
+        return json.dumps(value, default=str)
+    except RecursionError:  # a value that contains itself (or is nested that deep): json.dumps says which
         return json.dumps(value, default=str)
 
 
-_ENCODE = json.JSONEncoder().encode
+def _stdlib_encoder():
+    """``json.dumps`` with its defaults, minus the setup it repeats on every call and its check for
+    values that contain themselves (a tool result parsed from JSON never does; ``pyjson`` asks
+    ``json.dumps`` again on a RecursionError). Same bytes; about 1.3 of 9.7 µs a bench tool result."""
+    try:
+        encode = json.encoder.c_make_encoder(
+            None, None, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True)
+        fast = lambda value: "".join(encode(value, 0))  # noqa: E731
+        if fast(_PROBE) == json.dumps(_PROBE):
+            return fast
+    except TypeError:  # no _json accelerator (c_make_encoder is None), or its signature changed
+        pass
+    return json.JSONEncoder().encode
+
+
+_PROBE = {"a": [1, 2.5, -0.0, 1e-05, None, True, "\u00e9\U0001f600\x7f\n"], 1: float("nan"), None: {}, "b": []}
+
+
+_encode = _stdlib_encoder()
 
 
 def sha1_12(value: str) -> str:
