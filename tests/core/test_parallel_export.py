@@ -60,6 +60,24 @@ def test_bad_line_in_a_worker_names_file_and_line(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.jsonl"]
 
 
+def test_a_schema_problem_in_a_late_chunk_names_the_same_line_as_one_process(tmp_path, monkeypatch):
+    """Workers number each chunk's lines from 1 (the parent no longer reads the file to count them);
+    the parent carries the count on, so the first bad row's line is the file's, blank lines included."""
+    src = _run(tmp_path / "run.jsonl", n=200)
+    lines = src.read_bytes().split(b"\n")
+    lines[170] = b'{"reward": 1, "scenario_id": "no conversation"}'  # line 171: nothing to train on
+    src.write_bytes(b"\n".join(lines))
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 2048)
+    assert len(list(parallel.byte_chunks(src))) > 10
+    errors = []
+    for workers in (1, 2):
+        with pytest.raises(wai.SchemaInvalidError) as caught:
+            wai.export_dataset(src, tmp_path / "out.jsonl", workers=workers, validate=False)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1]
+    assert f"(first bad row from {src}:171)" in errors[1]
+
+
 @pytest.mark.parametrize("fmt", ["openai", "trl"])
 @pytest.mark.parametrize("interleave", [False, True])
 @pytest.mark.parametrize("spill_rows", [None, 7])

@@ -111,13 +111,15 @@ def read_jsonl(path):
 _BLANK = object()
 
 
-def parse_line(path, lineno, line):
+def parse_line(path, lineno, line, *, starts_file=None):
     """The JSON value of one raw line, or ``_BLANK`` for a blank one.
 
-    A UTF-8 BOM on line 1 and surrounding whitespace (CRLF included) are dropped; anything else that
-    is not one JSON value raises ``BadJsonlError`` naming ``path:lineno``.
+    A UTF-8 BOM on the file's first line and surrounding whitespace (CRLF included) are dropped;
+    anything else that is not one JSON value raises ``BadJsonlError`` naming ``path:lineno``.
+    ``starts_file`` says whether the line is the file's first (default: ``lineno == 1``), for a
+    reader that knows where the line is but not its number.
     """
-    if lineno == 1 and line.startswith(_BOM):
+    if (lineno == 1 if starts_file is None else starts_file) and line.startswith(_BOM):
         line = line[len(_BOM):]
     line = line.strip()
     if not line:

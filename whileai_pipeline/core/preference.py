@@ -156,14 +156,14 @@ def _pair_lines(item, plan):
 def _run_pairs(src, plan, tally, spool, dest, workers):
     """Feed every pair's outcome to the tally: in this process, or over worker processes for a big file."""
     if src.hashed is not None and dest is not None:
-        from .parallel import WorkerPool, line_chunks, workers_for, write_chunk
+        from .parallel import WorkerPool, byte_chunks, workers_for, write_chunk
 
         n = workers_for(src.path, workers)
         if n > 1:
             src.hashed.deferred = True  # hashed at the end, beside the output's flush (``SourceDigest``)
             with WorkerPool(n) as pool:
-                jobs = ((chunk, _pair_lines, plan, spool.part(k)) for k, chunk in enumerate(line_chunks(src.path)))
-                for outcomes, part in pool.ordered(write_chunk, src.path, jobs):
+                jobs = ((chunk, _pair_lines, plan, spool.part(k)) for k, chunk in enumerate(byte_chunks(src.path)))
+                for outcomes, part, _ in pool.ordered(write_chunk, src.path, jobs):
                     for _, outcome in outcomes:
                         tally.consume(outcome)
                     spool.append_part(part)

@@ -174,7 +174,7 @@ def score_facts(row, _=None):
 def score_stats_of_file(path, workers=None):
     """``ScoreStats`` over a JSONL file's rows, read by worker processes when the file is big."""
     from .jsonl import iter_jsonl
-    from .parallel import WorkerPool, line_chunks, map_rows, workers_for
+    from .parallel import WorkerPool, byte_chunks, map_rows, workers_for
 
     stats = ScoreStats()
     n = workers_for(path, workers)
@@ -183,7 +183,7 @@ def score_stats_of_file(path, workers=None):
             stats.add(row)
         return stats
     with WorkerPool(n) as pool:
-        for facts in pool.ordered(map_rows, path, ((chunk, score_facts, None) for chunk in line_chunks(path))):
+        for facts in pool.ordered(map_rows, path, ((chunk, score_facts, None) for chunk in byte_chunks(path))):
             for item in facts:
                 stats.add_facts(item)
     return stats
@@ -198,7 +198,7 @@ def score_file(source, out, scorer, stats, *, dest=None, progress=None, workers=
     rate-limited service or keep state.
     """
     from .jsonl import dumps_line, iter_jsonl
-    from .parallel import PartFiles, WorkerPool, append_part, line_chunks, workers_for
+    from .parallel import PartFiles, WorkerPool, append_part, byte_chunks, workers_for
     from .progress import tick
 
     digest = hashlib.sha256()
@@ -213,7 +213,7 @@ def score_file(source, out, scorer, stats, *, dest=None, progress=None, workers=
             out.write(line)
         return digest.hexdigest()
     with WorkerPool(n) as pool, PartFiles(dest, "scored") as parts:
-        jobs = ((chunk, scorer.name, parts.name(k)) for k, chunk in enumerate(line_chunks(source)))
+        jobs = ((chunk, scorer.name, parts.name(k)) for k, chunk in enumerate(byte_chunks(source)))
         for facts, part in pool.ordered(_score_chunk, source, jobs):
             for item in facts:
                 stats.add_facts(item)

@@ -310,7 +310,7 @@ def _run_pass(src, plan, tally, spool, prescan_wanted, pool):
         for raw in src.rows:
             tally.consume(_sft_outcome(raw, plan))
         return
-    from .parallel import line_chunks, write_chunk
+    from .parallel import byte_chunks, write_chunk
 
     if pool is None:
         prescan = _Prescan.of_file(src.path, src.hashed.sha256) if prescan_wanted else None
@@ -323,10 +323,12 @@ def _run_pass(src, plan, tally, spool, prescan_wanted, pool):
     # from the workers, there one is free while the disk flushes the output.
     src.hashed.deferred = True
     # without groups to stamp a spooled line is final (it has no tail): append the parts as they come
-    jobs = ((chunk, _sft_lines, plan, spool.part(k)) for k, chunk in enumerate(line_chunks(src.path)))
-    for outcomes, part in pool.ordered(write_chunk, src.path, jobs):
+    jobs = ((chunk, _sft_lines, plan, spool.part(k)) for k, chunk in enumerate(byte_chunks(src.path)))
+    before = 0  # lines of the chunks already consumed: the workers number each chunk's lines from 1
+    for outcomes, part, lines in pool.ordered(write_chunk, src.path, jobs):
         for line, outcome in outcomes:
-            tally.consume(outcome, line)
+            tally.consume(outcome, before + line)
+        before += lines
         if not plan.grouping:
             spool.append_part(part)
         else:
