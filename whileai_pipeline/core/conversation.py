@@ -46,9 +46,8 @@ def conversation(row, tool_text=True) -> list:
             messages.pop()
     if not final:
         return messages
-    already = {m["content"] for m in messages if m.get("role") == "assistant" and m["content"].strip()}
-    if final in already:
-        return messages
+    if final.strip() and any(m["content"] == final for m in messages if m.get("role") == "assistant"):
+        return messages  # the agent already said it (a blank final matches no turn: blank turns do not count)
     if messages and messages[-1].get("role") == "assistant":
         if not messages[-1]["content"].strip():
             messages[-1]["content"] = final

@@ -211,9 +211,10 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
                 entry["tool_calls"] = wire_calls
             out.append(entry)
         elif role == "tool":
-            content, was_cut, cut = cut_tool_output(content, max_tool_output_chars)
-            if was_cut and stats is not None:
-                stats.cuts.append((len(out), cut))
+            if max_tool_output_chars is not None:
+                content, was_cut, cut = cut_tool_output(content, max_tool_output_chars)
+                if was_cut and stats is not None:
+                    stats.cuts.append((len(out), cut))
             entry = {"role": "tool", "content": content}
             name = message.get("name")
             if name:
