@@ -1,6 +1,7 @@
 """Exports spread over worker processes are byte-identical to the one-process path."""
 
 import hashlib
+import os
 import random
 
 import orjson
@@ -300,3 +301,47 @@ def test_a_failed_splice_leaves_no_thread_and_no_file(tmp_path, monkeypatch):
         wai.export_dataset(src, tmp_path / "out.jsonl", workers=2, validate=False)
     assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.jsonl"]
+
+
+def test_the_output_is_flushed_while_the_splice_writes_it(tmp_path, monkeypatch):
+    """``EarlyWriteback``: a pooled export fdatasyncs its output during the splice, every
+    ``WRITEBACK_STEP`` bytes, so the disk does not start only at the final fsync. Same bytes."""
+    from whileai_pipeline.core import output
+
+    src = _run(tmp_path / "run.jsonl", n=400, bad_arguments=False)
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(output, "WRITEBACK_STEP", 16 << 10)
+    flushed = []
+    real_fdatasync = os.fdatasync
+
+    def recording(fd):
+        flushed.append(os.fstat(fd).st_size)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", recording)
+    report = wai.export_dataset(src, tmp_path / "two.jsonl", workers=2, validate=False)
+    wai.export_dataset(src, tmp_path / "one.jsonl", workers=1, validate=False)
+    size = (tmp_path / "two.jsonl").stat().st_size
+    assert len(flushed) >= 3 and all(0 < at < size for at in flushed)  # during the splice, not after it
+    assert (tmp_path / "two.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
+    assert report["sha256"] == hashlib.sha256((tmp_path / "two.jsonl").read_bytes()).hexdigest()
+
+
+def test_a_failed_early_flush_publishes_nothing(tmp_path, monkeypatch):
+    """A flush that fails (a disk error) fails the export like a failed write: nothing is published,
+    the previous file stays, and no temp file is left."""
+    from whileai_pipeline.core import output
+
+    src = _run(tmp_path / "run.jsonl", n=400, bad_arguments=False)
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(output, "WRITEBACK_STEP", 16 << 10)
+
+    def failing(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    (tmp_path / "out.jsonl").write_bytes(b"previous\n")
+    with pytest.raises(wai.WriteFailedError, match="Input/output error"):
+        wai.export_dataset(src, tmp_path / "out.jsonl", workers=2, validate=False)
+    assert (tmp_path / "out.jsonl").read_bytes() == b"previous\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "run.jsonl"]

@@ -61,6 +61,7 @@ class Spool:
         self.sha256 = hashlib.sha256()  # of final lines, taken as they are written (no re-read)
         self.hash_at_publish = False  # set once a part is appended unhashed
         self.trailing = None  # the hash that follows spliced parts as they are written
+        self.writeback = None  # the flushes that follow them (EarlyWriteback)
         if dest is not None:
             try:
                 dest.parent.mkdir(parents=True, exist_ok=True)
@@ -117,12 +118,15 @@ class Spool:
             fd = self.fh.fileno()
             if self.trailing is None:
                 self.trailing = TrailingHash(self.tmp)
+                self.writeback = EarlyWriteback(fd, WRITEBACK_STEP)
             try:
                 splice_file(part, functools.partial(writev_all, fd), suffixes, self.has_tail)
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(part)
-            self.trailing.advance(os.lseek(fd, 0, os.SEEK_CUR))
+            size = os.lseek(fd, 0, os.SEEK_CUR)
+            self.trailing.advance(size)
+            self.writeback.advance(size)
         except OSError as exc:
             raise WriteFailedError(self.dest, exc) from exc
 
@@ -131,6 +135,9 @@ class Spool:
         if self.trailing is not None:
             self.trailing.stop()
             self.trailing = None
+        if self.writeback is not None:
+            self.writeback.stop()
+            self.writeback = None
         if self.fh is not None:
             self.fh.close()
             self.fh = None
@@ -155,6 +162,9 @@ class Spool:
             raise WriteFailedError(self.dest, exc) from exc
 
     def _publish(self, suffixes, alongside):
+        if self.writeback is not None:  # its last flush ends before the file is closed
+            writeback, self.writeback = self.writeback, None
+            writeback.finish()
         self.fh.close()
         self.fh = None
         try:
@@ -266,6 +276,49 @@ def _fsync_and_hash(fh, alongside=None, digest=None):
             for wait in waits:
                 wait.result()
     return digest
+
+
+WRITEBACK_STEP = 256 << 20
+
+
+class EarlyWriteback:
+    """fdatasync a file that is still being appended to, in a thread, every ``step`` bytes written.
+
+    A pooled export splices 2 GB into its output in about a second and must then fsync it; the
+    disk then worked alone for 0.6-1.3 s (measured). Flushing as the splice goes lets the disk work
+    while the splice and the hashes do, so the final fsync has little left to write (measured: the
+    export 0.3 s shorter). One flush runs at a time; a failed one raises at the next ``advance`` or
+    at ``finish``.
+    """
+
+    def __init__(self, fd, step):
+        self._fd, self._step = fd, step
+        self._flushed = 0
+        self._running = None
+        self._thread = cf.ThreadPoolExecutor(1)
+
+    def advance(self, size):
+        """The file now holds ``size`` bytes; flush them if ``step`` bytes came since the last flush."""
+        if size - self._flushed < self._step:
+            return
+        if self._running is not None:
+            if not self._running.done():
+                return  # the disk is still busy with the last flush: the next one takes both
+            self._running.result()
+        self._flushed = size
+        self._running = self._thread.submit(os.fdatasync, self._fd)
+
+    def finish(self):
+        """Wait for the last flush (and raise its error); the file's own fsync comes after."""
+        try:
+            if self._running is not None:
+                self._running.result()
+        finally:
+            self._thread.shutdown()
+
+    def stop(self):
+        """Give up (the export failed); waits for a running flush to end."""
+        self._thread.shutdown(wait=True)
 
 
 class TrailingHash:
