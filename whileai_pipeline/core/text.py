@@ -17,9 +17,9 @@ def pyjson(value) -> str:
     """
     try:
         return _encode(value)
-    except TypeError:  # a type JSON has no form for somewhere inside: fall back to str() for it
-        return json.dumps(value, default=str)
-    except RecursionError:  # a value that contains itself (or is nested that deep): json.dumps says which
+    except (TypeError, RecursionError):
+        # TypeError: a type JSON has no form for somewhere inside, written as str() here. RecursionError:
+        # a value that contains itself, which json.dumps reports as such (or one nested that deep).
         return json.dumps(value, default=str)
 
 
@@ -30,9 +30,12 @@ def _stdlib_encoder():
     try:
         encode = json.encoder.c_make_encoder(
             None, None, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True)
-        fast = lambda value: "".join(encode(value, 0))  # noqa: E731
-        if fast(_PROBE) == json.dumps(_PROBE):
-            return fast
+
+        def encode_prebuilt(value):
+            return "".join(encode(value, 0))
+
+        if encode_prebuilt(_PROBE) == json.dumps(_PROBE):
+            return encode_prebuilt
     except TypeError:  # no _json accelerator (c_make_encoder is None), or its signature changed
         pass
     return json.JSONEncoder().encode
