@@ -311,18 +311,24 @@ def test_the_output_is_flushed_while_the_splice_writes_it(tmp_path, monkeypatch)
     src = _run(tmp_path / "run.jsonl", n=400, bad_arguments=False)
     monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
     monkeypatch.setattr(output, "WRITEBACK_STEP", 16 << 10)
-    flushed = []
-    real_fdatasync = os.fdatasync
+    events = []
+    real_fdatasync, real_fsync = os.fdatasync, os.fsync
 
-    def recording(fd):
-        flushed.append(os.fstat(fd).st_size)
+    def recording_fdatasync(fd):
+        events.append("early")
         real_fdatasync(fd)
 
-    monkeypatch.setattr(os, "fdatasync", recording)
+    def recording_fsync(fd):
+        events.append("fsync")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", recording_fdatasync)
+    monkeypatch.setattr(os, "fsync", recording_fsync)
     report = wai.export_dataset(src, tmp_path / "two.jsonl", workers=2, validate=False)
+    # the first advance past a step always flushes (how many more depends on the disk); every early
+    # flush ends before the output's own fsync, which publish waits for
+    assert "early" in events and "early" not in events[events.index("fsync"):]
     wai.export_dataset(src, tmp_path / "one.jsonl", workers=1, validate=False)
-    size = (tmp_path / "two.jsonl").stat().st_size
-    assert len(flushed) >= 3 and all(0 < at < size for at in flushed)  # during the splice, not after it
     assert (tmp_path / "two.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
     assert report["sha256"] == hashlib.sha256((tmp_path / "two.jsonl").read_bytes()).hexdigest()
 
@@ -345,3 +351,30 @@ def test_a_failed_early_flush_publishes_nothing(tmp_path, monkeypatch):
         wai.export_dataset(src, tmp_path / "out.jsonl", workers=2, validate=False)
     assert (tmp_path / "out.jsonl").read_bytes() == b"previous\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "run.jsonl"]
+
+
+def test_without_fdatasync_or_sched_getaffinity_an_export_still_runs_over_workers(tmp_path, monkeypatch):
+    """macOS has neither: the early flush falls back to fsync, the worker count to cpu_count."""
+    from whileai_pipeline.core import output
+
+    src = _run(tmp_path / "run.jsonl", n=400, bad_arguments=False)
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 1)
+    monkeypatch.setattr(output, "WRITEBACK_STEP", 16 << 10)
+    monkeypatch.delattr(os, "fdatasync")
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.delenv(parallel.ENV_WORKERS, raising=False)
+    flushed = []
+    real_fsync = os.fsync
+
+    def recording(fd):
+        flushed.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    assert parallel.workers_for(src) == 2
+    wai.export_dataset(src, tmp_path / "two.jsonl", validate=False)
+    assert len(flushed) > 2  # early flushes, besides the output's own fsync and the directory's
+    wai.export_dataset(src, tmp_path / "one.jsonl", workers=1, validate=False)
+    assert (tmp_path / "two.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()

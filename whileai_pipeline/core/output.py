@@ -307,7 +307,7 @@ class EarlyWriteback:
                 return  # the disk is still busy with the last flush: the next one takes both
             self._running.result()
         self._flushed = size
-        self._running = self._thread.submit(os.fdatasync, self._fd)
+        self._running = self._thread.submit(getattr(os, "fdatasync", os.fsync), self._fd)  # macOS has no fdatasync
 
     def finish(self):
         """Wait for the last flush (and raise its error); the file's own fsync comes after."""

@@ -67,7 +67,8 @@ def workers_for(path, requested=None) -> int:
         return 1
     if size < MIN_PARALLEL_BYTES or not can_start_workers():
         return 1
-    return max(1, min(len(os.sched_getaffinity(0)), 4))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # macOS
+    return max(1, min(cores, 4))
 
 
 def can_start_workers() -> bool:
