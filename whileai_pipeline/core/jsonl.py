@@ -66,13 +66,15 @@ def _plain(value):
 
 
 def _plain_key(key):
-    """The text orjson gives a non-string key (``OPT_NON_STR_KEYS``), or ``str(key)`` where it has none."""
+    """``key`` itself where orjson writes it (``OPT_NON_STR_KEYS``), else ``str(key)``. Keys are not
+    converted here, so ``1`` and ``"1"`` stay two keys, as orjson writes them without the fallback."""
     if isinstance(key, str):
         return key
     try:
-        return next(iter(orjson.loads(orjson.dumps({key: None}, default=_default, option=_DUMP_OPTS))))
+        orjson.dumps({key: None}, default=_default, option=_DUMP_OPTS)
     except orjson.JSONEncodeError:
         return str(key)
+    return key
 
 
 def dumps_reusing(row, key, encoded) -> bytes:
