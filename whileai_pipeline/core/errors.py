@@ -59,3 +59,30 @@ class PrivilegedLeakError(GateError):
 
 class NoPreferencePairsError(ExportError):
     """Nothing had both a chosen and a rejected side (``no_preference_pairs:``)."""
+
+
+class SourceChangedError(ExportError):
+    """The file being read changed (rewritten, truncated, appended to or removed) while it was read
+    (``source_changed:``); nothing was published."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        super().__init__(f"source_changed: {path} changed while it was being exported; nothing was written. "
+                         "Export again once the file is complete.")
+
+    def __reduce__(self):
+        return type(self), (self.path,)
+
+
+class WorkerLostError(ExportError):
+    """A worker process died without an error of its own (``worker_lost:``); nothing was published."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        super().__init__(
+            f"worker_lost: a worker process reading {path} ended abruptly (killed by the system, e.g. out "
+            "of memory, or by a signal); nothing was written. Export again, or in one process: workers=1 "
+            "or WHILEAI_PIPELINE_WORKERS=1.")
+
+    def __reduce__(self):
+        return type(self), (self.path,)

@@ -381,10 +381,13 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
         raise ValueError(MIN_MARGIN_ERROR)
     from .jsonl import atomic_file, iter_jsonl_offsets
     from .parallel import WorkerPool, byte_chunks, map_row_offsets, workers_for
+    from .runs import change_explains_failure, check_unchanged, file_stamp
 
     offsets = array.array("q")
     n = workers_for(source, workers)
+    stamp = file_stamp(source)  # pass 2 seeks to offsets pass 1 found: the file must stay the same
     with contextlib.ExitStack() as stack:
+        stack.enter_context(change_explains_failure(source, stamp))
         pool = stack.enter_context(WorkerPool(n)) if n > 1 else None  # one pool for both passes
 
         def summaries():
@@ -415,6 +418,7 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
                     out.write(line)
             else:
                 _write_pairs_over(pool, source, jobs, output, out, digest)
+            check_unchanged(source, stamp)
     report = pairs_report(plan, seen, contrast, min_margin)
     report.update(path=str(output), n_written=len(plan), sha256=digest.hexdigest())
     return report

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 
 import orjson
 
-from .errors import BadJsonlError
+from .errors import BadJsonlError, WorkerLostError
 from .jsonl import _BLANK, parse_line
+from .runs import change_explains_failure, check_unchanged, file_stamp
 
 CHUNK_BYTES = 8 << 20
 BLOCK_BYTES = 1 << 20
@@ -301,17 +302,27 @@ class WorkerPool:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def ordered(self, task, path, jobs):
-        """Yield ``task(path, *job)`` for each job, in order; a few jobs per worker stay in flight."""
+        """Yield ``task(path, *job)`` for each job, in order; a few jobs per worker stay in flight.
+
+        A failure is SourceChangedError when ``path`` changed meanwhile, and WorkerLostError for a
+        worker that died of something other than an error of its own (a signal, the OOM killer).
+        """
         path = str(path)
         pending = collections.deque()
+        stamp = file_stamp(path)
         try:
-            for job in jobs:
-                with _main_hidden():  # a submit may spawn a worker process
-                    pending.append(self._pool.submit(task, path, *job))
-                if len(pending) >= 2 * self.workers:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
+            with change_explains_failure(path, stamp):
+                try:
+                    for job in jobs:
+                        with _main_hidden():  # a submit may spawn a worker process
+                            pending.append(self._pool.submit(task, path, *job))
+                        if len(pending) >= 2 * self.workers:
+                            yield pending.popleft().result()
+                    while pending:
+                        yield pending.popleft().result()
+                except cf.process.BrokenProcessPool as exc:
+                    check_unchanged(path, stamp)
+                    raise WorkerLostError(path) from exc
         finally:
             for future in pending:
                 future.cancel()

@@ -20,7 +20,7 @@ from .output import Spool, finish, refuse_source
 from .pairs import first_turn_note, length_note
 from .progress import tick
 from .rows import SchemaCheck, preference_problems, stamp
-from .runs import SourceDigest, check_unchanged, file_stamp, resolve_source
+from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
 from .trl import trl_preference_row
 from .wire import has_tool_calls, to_wire
 
@@ -189,7 +189,8 @@ def export_preference(pairs, output=None, *, system_prompt=None, tools=None, str
     spool = Spool(dest)
     try:
         tally = _PairTally(format, spool, progress)
-        _run_pairs(src, plan, tally, spool, dest, workers)
+        with change_explains_failure(src.path, stamp):
+            _run_pairs(src, plan, tally, spool, dest, workers)
         check_unchanged(src.path, stamp)
         t = tally
         n_entries, skipped, bad, ties, dropped, n_out = t.n_entries, t.skipped, t.bad, t.ties, t.dropped, t.n_out

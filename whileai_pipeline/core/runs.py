@@ -6,12 +6,13 @@ is read exactly once, so the rows exported and the rows the leak gate reads are 
 """
 
 import concurrent.futures as cf
+import contextlib
 import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ExportError
+from .errors import SourceChangedError
 from .jsonl import iter_jsonl, read_json, sha256_of
 from .text import text
 
@@ -185,9 +186,35 @@ def file_stamp(path):
 
 
 def check_unchanged(path, stamp):
-    if stamp is not None and file_stamp(path) != stamp:
-        raise ExportError(f"source_changed: {path} changed while it was being exported; nothing was "
-                          "written. Export again once the file is complete.")
+    """Raise SourceChangedError if the file is not the one stamped (removed counts as changed)."""
+    if stamp is None:
+        return
+    try:
+        now = file_stamp(path)
+    except OSError:
+        now = None
+    if now != stamp:
+        raise SourceChangedError(path)
+
+
+@contextlib.contextmanager
+def change_explains_failure(path, stamp):
+    """Report a failure while ``path`` is read as SourceChangedError when the file changed meanwhile.
+
+    A run rewritten under a pooled export otherwise surfaces as whatever broke first: a worker's
+    "mmap length is greater than file size", a worker killed by SIGBUS (a mapped page cut off), or
+    a bad line that was only half written.
+    """
+    try:
+        yield
+    except SourceChangedError:
+        raise
+    except Exception as exc:
+        try:
+            check_unchanged(path, stamp)
+        except SourceChangedError as changed:
+            raise changed from exc
+        raise
 
 
 class SourceDigest:

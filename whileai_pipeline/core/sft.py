@@ -34,7 +34,7 @@ from .masks import check_mask_mode
 from .output import Spool, destination, finish, refuse_source, spool_line
 from .progress import tick
 from .rows import PASS_THRESHOLD, SchemaCheck, convert_row, training_problems
-from .runs import SourceDigest, check_unchanged, file_stamp, resolve_source
+from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
 from .trl import (
     TRL_LOSS_COMPLETION,
     TRL_LOSS_MESSAGES,
@@ -384,7 +384,8 @@ def export_dataset(source, output=None, *, system_prompt=None, tools=None, strip
 
             pool = stack.enter_context(WorkerPool(n))
         tally = _SftTally(plan, spool, src.path, progress)
-        _run_pass(src, plan, tally, spool, prescan_wanted, pool)
+        with change_explains_failure(src.path, stamp):
+            _run_pass(src, plan, tally, spool, prescan_wanted, pool)
         check_unchanged(src.path, stamp)
         if progress is not None:
             progress(tally.rows_read)
