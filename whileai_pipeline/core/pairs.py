@@ -57,20 +57,60 @@ def score(row):
 
 
 def reply_length(row) -> int:
-    """Characters the agent said: assistant turns plus a final_text that is not already the last turn."""
-    messages = row.get("messages")
-    if not (isinstance(messages, list) and messages):
-        messages = conversation(row, tool_text=False)  # tool output is not counted
-    total = 0
-    last = None
-    for message in messages:
-        if isinstance(message, dict) and message.get("role") == "assistant":
-            last = text(message.get("content") or "")
-            total += len(last)
+    """Characters the agent said: assistant turns plus a final_text that is not already the last turn.
+
+    The turns are those of ``conversation(row)``; for a row without ``messages`` they are read off
+    its steps without building the conversation (pass 1 of ``build_pairs_file`` does this for every
+    row of a run: 4.2 against 8.9 µs a bench row).
+    """
     final = text(row.get("final_text") or "")
-    if final and final != last:
-        total += len(final)
-    return total
+    messages = row.get("messages")
+    if isinstance(messages, list) and messages:
+        said = [text(m.get("content") or "") for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
+        total = sum(map(len, said))
+        return total + len(final) if final and (not said or final != said[-1]) else total
+    said, ends_with_reply = _assistant_turns(row, final)
+    total = sum(map(len, said))
+    if not final:
+        return total
+    if final.strip() and final in said:  # conversation() adds no turn: the agent already said it
+        return total if final == said[-1] else total + len(final)
+    if ends_with_reply:  # conversation() puts final into a blank last turn, or leaves that turn be
+        last = said[-1]
+        if not last.strip():
+            return total - len(last) + len(final)
+        return total if final == last else total + len(final)
+    return total + len(final)  # conversation() appends final as a turn of its own
+
+
+def _assistant_turns(row, final):
+    """(contents of ``conversation(row)``'s assistant turns before ``final_text`` is placed, whether
+    the last message then is one of them), without building the messages."""
+    said = []
+    last_role = last_not_user = None  # the role of the last message; of the last that is not the user's
+    opener = text(row.get("opener") or "")
+    if opener:
+        said.append(opener)
+        last_role = last_not_user = "assistant"
+    if text(row.get("prompt") or ""):
+        last_role = "user"
+    steps = row.get("steps")
+    for step in steps if steps and isinstance(steps, (list, tuple)) else ():
+        if not isinstance(step, dict):
+            continue
+        if step.get("user"):
+            last_role = "user"
+            continue
+        spoken = text(step.get("text") or "")
+        if step.get("tool"):
+            said.append(spoken)  # the call's turn, followed by its tool message
+            last_role = last_not_user = "tool"
+        elif spoken:
+            said.append(spoken)
+            last_role = last_not_user = "assistant"
+    # conversation() drops trailing user turns (keeping at least one message) unless the agent errored
+    ends = last_role if final.startswith("<agent error") else last_not_user
+    return said, ends == "assistant"
 
 
 def first_turn(row) -> str:
