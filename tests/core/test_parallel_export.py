@@ -152,6 +152,46 @@ def test_preference_workers_give_identical_bytes(tmp_path, monkeypatch, fmt):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.jsonl", "pairs.jsonl", "run.jsonl", "two.jsonl"]
 
 
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+def test_pooled_preference_counts_ties_skips_and_drops_as_one_process(tmp_path, monkeypatch, fmt):
+    """Entries that give no row (a tie, a line that is not an object, a pair TRL drops for want of a
+    completion) come back from a worker as what they are; they once came back as strings that the
+    tally took apart as if they were rows, and the export failed with "schema_invalid ... 0:t"."""
+    from whileai_pipeline.core.pairs import build_pairs_file
+
+    src = _run(tmp_path / "run.jsonl", n=400, bad_arguments=False)
+    build_pairs_file(src, tmp_path / "built.jsonl", max_pairs_per_prompt=2, min_margin=0.5, workers=1)
+    with open(tmp_path / "built.jsonl", "rb") as fh, open(tmp_path / "pairs.jsonl", "wb") as out:
+        for k, line in enumerate(fh):
+            pair = orjson.loads(line)
+            pair["tie"] = k % 3 == 0
+            if k % 7 == 1:
+                pair["rejected"] = {"prompt": pair["prompt"]}  # nothing said: no completion for TRL
+            out.write(dumps(pair) + b"\n")
+            if k % 5 == 2:
+                out.write(b'"a line that is not an object"\n')
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
+    opts = dict(format=fmt, validate=False, system_prompt="sys")
+    one = wai.export_preference(tmp_path / "pairs.jsonl", tmp_path / "one.jsonl", workers=1, **opts)
+    two = wai.export_preference(tmp_path / "pairs.jsonl", tmp_path / "two.jsonl", workers=2, **opts)
+    assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "two.jsonl").read_bytes()
+    strip = ("path", "elapsed_seconds")
+    assert {k: v for k, v in one.items() if k not in strip} == {k: v for k, v in two.items() if k not in strip}
+    assert two["ties_dropped"] >= 10 and two["rows_skipped"] >= 10 and two["pairs"] >= 20
+    if fmt == "trl":
+        assert two["no_completion_dropped"] >= 3
+
+    with open(tmp_path / "pairs.jsonl", "ab") as fh:  # one entry without a rejected side fails both alike
+        fh.write(dumps({"prompt": "p", "chosen": {"prompt": "p", "final_text": "yes"}}) + b"\n")
+    errors = []
+    for workers in (1, 2):
+        with pytest.raises(ValueError, match="^export_preference takes chosen/rejected pairs, and 1 of ") as failed:
+            wai.export_preference(tmp_path / "pairs.jsonl", tmp_path / "three.jsonl", workers=workers, **opts)
+        errors.append(str(failed.value))
+    assert errors[0] == errors[1]
+    assert not (tmp_path / "three.jsonl").exists()
+
+
 _RECORD_POOLS = (
     "import whileai_pipeline.core.parallel as par\n"
     "pools = []\n"

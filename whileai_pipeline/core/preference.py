@@ -1,5 +1,6 @@
 """``export_preference``: chosen/rejected pairs as DPO rows, behind both gates (spec 7, DECISIONS 12)."""
 
+import enum
 import time
 from pathlib import Path
 
@@ -46,7 +47,18 @@ class _PairPlan:
         self.tools_json = dumps(list(tools)) if tools else None  # every row's "tools", serialized once
 
 
-_SKIP, _BAD, _TIE, _DROPPED = "skip", "bad", "tie", "dropped"
+class _Kind(enum.Enum):
+    """What became of an entry that gives no DPO row. Members, unlike strings, come back from a worker
+    process as themselves, so ``consume`` can tell them by identity (strings did not: a pooled export
+    of a pairs file with ties failed with a nonsense schema error)."""
+
+    SKIP = "skip"  # not a JSON object
+    BAD = "bad"  # an object without a chosen and a rejected row
+    TIE = "tie"  # dropped: a tie (drop_ties)
+    DROPPED = "dropped"  # dropped: TRL found no completion
+
+
+_SKIP, _BAD, _TIE, _DROPPED = _Kind
 
 
 def _pair_outcome(item, plan):
