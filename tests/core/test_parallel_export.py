@@ -418,3 +418,17 @@ def test_without_fdatasync_or_sched_getaffinity_an_export_still_runs_over_worker
     assert len(flushed) > 2  # early flushes, besides the output's own fsync and the directory's
     wai.export_dataset(src, tmp_path / "one.jsonl", workers=1, validate=False)
     assert (tmp_path / "two.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
+
+
+def test_a_worker_count_that_is_not_a_number_says_where_it_came_from(tmp_path, monkeypatch):
+    src = _run(tmp_path / "run.jsonl", n=20)
+    with pytest.raises(wai.ExportError, match=r"^workers must be a whole number of worker processes "
+                                              r"\(1 for one process\), got 'x'$"):
+        wai.export_dataset(src, tmp_path / "out.jsonl", workers="x")
+    monkeypatch.setenv(parallel.ENV_WORKERS, "two")
+    with pytest.raises(wai.ExportError, match=r"^\$WHILEAI_PIPELINE_WORKERS must be a whole number of worker "
+                                              r"processes \(1 for one process; unset it to choose by file size "
+                                              r"and cores\), got 'two'$"):
+        wai.export_dataset(src, tmp_path / "out.jsonl")
+    assert wai.export_dataset(src, tmp_path / "out.jsonl", workers=1, validate=False)["n"] == 20  # the argument wins
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "run.jsonl"]

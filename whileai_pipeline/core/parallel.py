@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from .errors import BadJsonlError, WorkerLostError
+from .errors import BadJsonlError, ExportError, WorkerLostError
 from .jsonl import _BLANK, parse_line
 from .runs import change_explains_failure, check_unchanged, file_stamp
 
@@ -58,9 +58,9 @@ def workers_for(path, requested=None) -> int:
     Always one when this process may not start workers (``can_start_workers``).
     """
     if requested is None and os.environ.get(ENV_WORKERS):
-        requested = int(os.environ[ENV_WORKERS])
+        requested = _count(os.environ[ENV_WORKERS], f"${ENV_WORKERS}", "; unset it to choose by file size and cores")
     if requested is not None:
-        n = max(1, int(requested))
+        n = max(1, _count(requested, "workers", ""))
         return n if n == 1 or can_start_workers() else 1
     try:
         size = os.path.getsize(path)
@@ -70,6 +70,14 @@ def workers_for(path, requested=None) -> int:
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # macOS
     return max(1, min(cores, 4))
+
+
+def _count(value, name, hint):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ExportError(f"{name} must be a whole number of worker processes (1 for one process{hint}), "
+                          f"got {value!r}") from None
 
 
 def can_start_workers() -> bool:
