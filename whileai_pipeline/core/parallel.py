@@ -236,9 +236,15 @@ def map_rows(path, chunk, fn, arg):
     return [fn(value, arg) for _, _, value in chunk_rows(path, chunk)]
 
 
-def map_row_offsets(path, chunk, fn, arg):
-    """``(byte offset, fn(value, arg))`` of every row of a chunk, in order (a worker task)."""
-    return [(offset, fn(value, arg)) for _, offset, value in chunk_rows(path, chunk)]
+def map_row_spans(path, chunk, fn, arg):
+    """``(byte offset, byte length, fn(value, arg))`` of every row of a chunk, in order (a worker task).
+
+    A row's span runs to the next row (or the chunk's end): its line, its newline and any blank lines
+    after it, which read back as the same value.
+    """
+    rows = [(offset, fn(value, arg)) for _, offset, value in chunk_rows(path, chunk)]
+    ends = [offset for offset, _ in rows[1:]] + [chunk.end]
+    return [(offset, end - offset, fields) for (offset, fields), end in zip(rows, ends)]
 
 
 def write_chunk(path, chunk, fn, plan, part):
