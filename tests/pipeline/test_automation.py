@@ -22,6 +22,18 @@ def _evaluate(sensor_def, instance, storage, cursor=None):
         return sensor_def(context)
 
 
+def _age(path, seconds=120):
+    """Make a file look settled: last modified ``seconds`` ago (the sensor waits for younger ones)."""
+    then = os.stat(path).st_mtime_ns - int(seconds * 1e9)
+    os.utime(path, ns=(then, then))
+
+
+def _drop(src, dest):
+    """A finished file in the inbox: copied, and not modified since a while."""
+    shutil.copyfile(src, dest)
+    _age(dest)
+
+
 def _apply(instance, result):
     """What the daemon does with a SensorResult's partition requests."""
     for request in result.dynamic_partitions_requests or []:
@@ -30,7 +42,7 @@ def _apply(instance, result):
 
 def test_sensor_new_file_registers_one_partition_and_one_run(storage, instance):
     storage.inbox.mkdir(parents=True)
-    shutil.copyfile(SAMPLE, storage.inbox / "run_a.jsonl")
+    _drop(SAMPLE, storage.inbox / "run_a.jsonl")
     result = _evaluate(inbox_sensor, instance, storage)
     assert len(result.dynamic_partitions_requests) == 1
     request = result.dynamic_partitions_requests[0]
@@ -53,12 +65,13 @@ def test_sensor_new_file_registers_one_partition_and_one_run(storage, instance):
     # changed content: one run request, no new partition
     with open(storage.inbox / "run_a.jsonl", "ab") as fh:
         fh.write(b'{"prompt": "one more", "final_text": "ok", "reward": 1}\n')
+    _age(storage.inbox / "run_a.jsonl")
     changed = _evaluate(inbox_sensor, instance, storage, cursor=touched.cursor)
     assert not changed.dynamic_partitions_requests
     assert len(changed.run_requests) == 1 and changed.run_requests[0].run_key != run.run_key
 
     # a sidecar is part of the run's content
-    shutil.copyfile(SAMPLE_META, storage.inbox / "run_a.meta.json")
+    _drop(SAMPLE_META, storage.inbox / "run_a.meta.json")
     with_meta = _evaluate(inbox_sensor, instance, storage, cursor=changed.cursor)
     assert len(with_meta.run_requests) == 1
 
@@ -79,8 +92,8 @@ def test_sensor_skips_content_already_materialized(chain):
 
 def test_sensor_two_new_files(storage, instance):
     storage.inbox.mkdir(parents=True)
-    shutil.copyfile(SAMPLE, storage.inbox / "b run.jsonl")  # sanitized to b_run
-    shutil.copyfile(SAMPLE, storage.inbox / "c.jsonl")
+    _drop(SAMPLE, storage.inbox / "b run.jsonl")  # sanitized to b_run
+    _drop(SAMPLE, storage.inbox / "c.jsonl")
     result = _evaluate(inbox_sensor, instance, storage)
     assert sorted(result.dynamic_partitions_requests[0].partition_keys) == ["b_run", "c"]
     assert sorted(r.partition_key for r in result.run_requests) == ["b_run", "c"]
@@ -121,8 +134,8 @@ def test_sensor_file_with_unsanitized_name_runs_end_to_end(chain):
     """A file dropped in the inbox as `Nightly Run.jsonl` becomes partition `Nightly_Run` and the
     chain finds it by that key."""
     chain.storage.inbox.mkdir(parents=True)
-    shutil.copyfile(SAMPLE, chain.storage.inbox / "Nightly Run.jsonl")
-    shutil.copyfile(SAMPLE_META, chain.storage.inbox / "Nightly Run.meta.json")
+    _drop(SAMPLE, chain.storage.inbox / "Nightly Run.jsonl")
+    _drop(SAMPLE_META, chain.storage.inbox / "Nightly Run.meta.json")
     result = _evaluate(inbox_sensor, chain.instance, chain.storage)
     _apply(chain.instance, result)
     (request,) = result.run_requests
@@ -133,3 +146,75 @@ def test_sensor_file_with_unsanitized_name_runs_end_to_end(chain):
     assert raw["source_path"].value == str(chain.storage.inbox / "Nightly Run.jsonl")
     assert raw["system_prompt_chars"].value > 0
     assert chain.storage.published_path("Nightly_Run", "sft", "openai").is_file()
+
+
+def test_sensor_waits_for_a_file_still_being_written(storage, instance, monkeypatch):
+    """A run written straight into the inbox is taken only once it has not changed for the settle
+    time: not at every tick, hashed whole each time, and exported half-written."""
+    monkeypatch.delenv("WHILEAI_PIPELINE_SETTLE_SECONDS", raising=False)
+    storage.inbox.mkdir(parents=True)
+    run = storage.inbox / "growing.jsonl"
+    lines = SAMPLE.read_bytes().splitlines(keepends=True)
+    cursor = None
+    for k in range(0, len(lines), 10):  # a writer appending rows between ticks
+        with open(run, "ab") as fh:
+            fh.writelines(lines[k:k + 10])
+        tick = _evaluate(inbox_sensor, instance, storage, cursor=cursor)
+        assert not tick.run_requests and not tick.dynamic_partitions_requests
+        cursor = tick.cursor
+    _age(run, seconds=31)  # the writer is done: 31 s without a change
+    done = _evaluate(inbox_sensor, instance, storage, cursor=cursor)
+    (request,) = done.run_requests
+    assert request.run_key == f"growing:{hashlib.sha256(SAMPLE.read_bytes()).hexdigest()[:16]}"
+
+    # a sidecar written after the run holds it back too, then counts in its content
+    _apply(instance, done)
+    shutil.copyfile(SAMPLE_META, storage.inbox / "growing.meta.json")
+    waiting = _evaluate(inbox_sensor, instance, storage, cursor=done.cursor)
+    assert not waiting.run_requests
+    _age(storage.inbox / "growing.meta.json", seconds=31)
+    (with_meta,) = _evaluate(inbox_sensor, instance, storage, cursor=waiting.cursor).run_requests
+    assert with_meta.run_key != request.run_key
+
+
+def test_settle_seconds_come_from_the_environment(storage, instance, monkeypatch):
+    storage.inbox.mkdir(parents=True)
+    shutil.copyfile(SAMPLE, storage.inbox / "now.jsonl")
+    monkeypatch.setenv("WHILEAI_PIPELINE_SETTLE_SECONDS", "0")
+    assert len(_evaluate(inbox_sensor, instance, storage).run_requests) == 1
+    monkeypatch.setenv("WHILEAI_PIPELINE_SETTLE_SECONDS", "3600")
+    _age(storage.inbox / "now.jsonl", seconds=120)
+    assert not _evaluate(inbox_sensor, instance, storage).run_requests
+    for bad in ("soon", "-1", "nan"):
+        monkeypatch.setenv("WHILEAI_PIPELINE_SETTLE_SECONDS", bad)
+        with pytest.raises(ValueError, match=rf"WHILEAI_PIPELINE_SETTLE_SECONDS must be a number of seconds "
+                                            rf"\(0 takes a file as soon as it is seen\), got '{bad}'"):
+            _evaluate(inbox_sensor, instance, storage)
+
+
+def test_a_run_that_changes_while_it_is_staged_fails_and_keeps_the_previous_stage(chain, monkeypatch):
+    """Copied while a writer still appends to it, the run is not staged: the stage would be a prefix of
+    the run, exported as if it were the whole."""
+    from whileai_pipeline.defs import assets
+
+    key = chain.register()
+    assert chain.materialize(key, selection=["raw_simulation_data"]).success
+    stage = chain.storage.stage_path(key, "raw")
+    staged = stage.read_bytes()
+    run_file = chain.storage.run_path(key)
+    copy = assets.copy_atomic
+
+    def copy_while_a_writer_appends(src, dest):
+        copy(src, dest)
+        with open(src, "ab") as fh:
+            fh.write(b'{"prompt": "one more", "final_text": "ok", "reward": 1}\n')
+
+    monkeypatch.setattr(assets, "copy_atomic", copy_while_a_writer_appends)
+    result = chain.materialize(key, selection=["raw_simulation_data"])
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    message = failure.event_specific_data.error.message
+    assert (f"source_changed: {run_file} changed while it was being copied into the stage (is it still being "
+            "written?); nothing was staged") in message, message
+    assert stage.read_bytes() == staged
+    assert sorted(p.name for p in stage.parent.iterdir() if p.name.startswith(".")) == []

@@ -16,17 +16,18 @@ import os
 import dagster as dg
 
 import whileai_pipeline.simulations as wai
-from whileai_pipeline.core.errors import BadJsonlError, ExportError
+from whileai_pipeline.core.errors import BadJsonlError, ExportError, SourceChangedError
 from whileai_pipeline.core.jsonl import _BLANK, atomic_file, dumps_line, iter_jsonl, parse_line, sha256_file, write_jsonl
 from whileai_pipeline.core.pairs import build_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
+from whileai_pipeline.core.runs import check_unchanged, file_stamp
 from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callable, resolve_scorer, score_file,
                                            score_stats_of_file, verdict)
 
 from .config import DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreConfig, SftExportConfig
 from .partitions import simulation_runs
 from .publishing import discard, failed_gates, publish, reject, rejected_dir_name
-from .resources import PartitionLockedError, PipelineStorage, copy_atomic, fingerprint, meta_path_for
+from .resources import ENV_SETTLE, PartitionLockedError, PipelineStorage, copy_atomic, fingerprint, meta_path_for
 from .summaries import RawStats, dpo_numbers, export_summary_markdown, raw_facts, sft_numbers
 
 GROUP = "whileai"
@@ -77,6 +78,21 @@ def _library_failure(exc: Exception, what: str) -> dg.Failure:
 
 # --------------------------------------------------------------------------- 1. raw
 
+def _snapshot(src, snapshot):
+    """Copy the run to ``snapshot``; fail, keeping nothing, if the run changed while it was copied."""
+    stamp = file_stamp(src)
+    copy_atomic(src, snapshot)
+    try:
+        check_unchanged(src, stamp)
+    except SourceChangedError:
+        snapshot.unlink()
+        raise dg.Failure(
+            description=f"source_changed: {src} changed while it was being copied into the stage (is it "
+            "still being written?); nothing was staged and the previous stage is unchanged. Materialize "
+            f"again once the file is complete; the inbox sensor waits for ${ENV_SETTLE} seconds without a "
+            "change before it takes a file.") from None
+
+
 @dg.asset(
     partitions_def=simulation_runs,
     group_name=GROUP,
@@ -107,7 +123,7 @@ def raw_simulation_data(
     # Snapshot first, then read only the snapshot: the rows counted, hashed and staged are the same
     # bytes even if the inbox file changes meanwhile. The previous stage survives a failed read.
     snapshot = stage.with_name(f".{stage.name}.incoming")
-    copy_atomic(src, snapshot)
+    _snapshot(src, snapshot)
     stats = RawStats()
     quarantined = 0
     try:

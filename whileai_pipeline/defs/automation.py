@@ -4,22 +4,25 @@
 * ``reexport``: the two export assets and their checks (reads the stage files, so it re-publishes
   from the last scored rows and pairs; it never reads ``rejected/``).
 * ``inbox_sensor``: a new or changed run file (or sidecar) in the inbox registers a partition and
-  requests the chain for it, once per content (``run_key = "<name>:<sha256[:16]>"``).
+  requests the chain for it, once per content (``run_key = "<name>:<sha256[:16]>"``), once it has
+  settled: not modified for ``$WHILEAI_PIPELINE_SETTLE_SECONDS`` (default 30).
 * ``reexport_schedule``: on ``$WHILEAI_PIPELINE_CRON`` (default ``0 3 * * *``, daily at 03:00
   UTC), one re-export request per registered run.
 """
 
 import os
+import time
 
 import dagster as dg
 import orjson
 
 from .assets import ASSET_NAMES, dpo_export, raw_simulation_data, sft_export
 from .partitions import PARTITIONS_NAME
-from .resources import PipelineStorage, fingerprint, meta_path_for
+from .resources import ENV_SETTLE, PipelineStorage, fingerprint, meta_path_for
 
 ENV_CRON = "WHILEAI_PIPELINE_CRON"
 DEFAULT_CRON = "0 3 * * *"
+DEFAULT_SETTLE_SECONDS = 30.0
 
 simulation_chain_job = dg.define_asset_job(
     "simulation_chain",
@@ -42,6 +45,31 @@ def _signature(path):
     return [st.st_size, st.st_mtime_ns, mst.st_size if mst else None, mst.st_mtime_ns if mst else None]
 
 
+def settle_seconds() -> float:
+    """How long a run file (and its sidecar) must go unmodified before the sensor takes it."""
+    value = os.environ.get(ENV_SETTLE)
+    if not value:
+        return DEFAULT_SETTLE_SECONDS
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:  # also NaN
+        raise ValueError(f"${ENV_SETTLE} must be a number of seconds (0 takes a file as soon as it is seen), "
+                         f"got {value!r}")
+    return seconds
+
+
+def _settling(sig, now_ns, settle) -> bool:
+    """True while the run file or its sidecar was modified less than ``settle`` seconds ago.
+
+    A run written straight into the inbox (``simulate`` appending trajectory by trajectory) would
+    otherwise be taken at every sensor tick, hashed whole each time, and exported half-written.
+    """
+    newest = max(t for t in (sig[1], sig[3]) if t is not None)
+    return now_ns - newest < settle * 1e9
+
+
 def _already_materialized(instance, key, fp) -> bool:
     """True when raw_simulation_data's latest materialization for ``key`` read exactly this content
     (e.g. the CLI ran it), so the sensor does not request the same work again."""
@@ -59,12 +87,14 @@ def _already_materialized(instance, key, fp) -> bool:
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Watches `<root>/inbox` for new or changed `<run>.jsonl` files (and their .meta.json "
-    "sidecars); registers each as a partition and runs the chain once per content.",
+    "sidecars); registers each as a partition and runs the chain once per content, once the files have "
+    f"not been modified for ${ENV_SETTLE} seconds (default {DEFAULT_SETTLE_SECONDS:g}).",
 )
 def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) -> dg.SensorResult:
     seen = orjson.loads(context.cursor) if context.cursor else {}
     registered = set(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
-    new_keys, requests, cursor = [], [], {}
+    settle, now_ns = settle_seconds(), time.time_ns()
+    new_keys, requests, cursor, settling = [], [], {}, []
     for key, path in storage.inbox_runs():
         try:
             sig = _signature(path)
@@ -73,6 +103,11 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
         prev = seen.get(key)
         if prev and prev.get("sig") == sig:
             cursor[key] = prev
+            continue
+        if _settling(sig, now_ns, settle):  # still being written, maybe: look again at the next tick
+            if prev:
+                cursor[key] = prev
+            settling.append(key)
             continue
         fp = fingerprint(path)
         cursor[key] = {"sig": sig, "fp": fp}
@@ -87,6 +122,9 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
                           tags={"whileai/run_file": str(path), "whileai/fingerprint": fp})
         )
     partitions = [dg.AddDynamicPartitionsRequest(PARTITIONS_NAME, new_keys)] if new_keys else []
+    if settling:
+        context.log.info(f"waiting for {', '.join(settling)} to settle: modified less than {settle:g} s ago "
+                         f"(${ENV_SETTLE})")
     return dg.SensorResult(
         run_requests=requests,
         dynamic_partitions_requests=partitions,

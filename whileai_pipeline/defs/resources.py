@@ -38,6 +38,7 @@ from whileai_pipeline.core.runs import sidecar_path
 
 ENV_HOME = "WHILEAI_PIPELINE_HOME"
 ENV_LOCK_TIMEOUT = "WHILEAI_PIPELINE_LOCK_TIMEOUT"
+ENV_SETTLE = "WHILEAI_PIPELINE_SETTLE_SECONDS"  # read by the inbox sensor (automation.py)
 DEFAULT_LOCK_TIMEOUT = 600.0
 LOCK_POLL_SECONDS = 0.1
 DEFAULT_HOME = "whileai_data"
