@@ -163,7 +163,10 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
         _attach_progress_bars(out)
     capture = contextlib.nullcontext() if verbose else contextlib.redirect_stderr(io.StringIO())
     with _instance(storage) as instance:
-        key = _register(storage, instance, path, name)
+        try:
+            key = _register(storage, instance, path, name)
+        except ValueError as exc:  # e.g. source_changed: the file is still being written
+            raise UsageError(str(exc)) from None
         print(f"run {key!r}: {path} -> {storage.run_path(key)}", file=out)
         try:
             with capture:

@@ -195,21 +195,19 @@ def test_settle_seconds_come_from_the_environment(storage, instance, monkeypatch
 def test_a_run_that_changes_while_it_is_staged_fails_and_keeps_the_previous_stage(chain, monkeypatch):
     """Copied while a writer still appends to it, the run is not staged: the stage would be a prefix of
     the run, exported as if it were the whole."""
-    from whileai_pipeline.defs import assets
-
     key = chain.register()
     assert chain.materialize(key, selection=["raw_simulation_data"]).success
     stage = chain.storage.stage_path(key, "raw")
     staged = stage.read_bytes()
     run_file = chain.storage.run_path(key)
-    copy = assets.copy_atomic
+    copy = shutil.copyfileobj
 
-    def copy_while_a_writer_appends(src, dest):
-        copy(src, dest)
-        with open(src, "ab") as fh:
+    def copy_while_a_writer_appends(fin, fout, length=0):
+        copy(fin, fout, length)
+        with open(fin.name, "ab") as fh:
             fh.write(b'{"prompt": "one more", "final_text": "ok", "reward": 1}\n')
 
-    monkeypatch.setattr(assets, "copy_atomic", copy_while_a_writer_appends)
+    monkeypatch.setattr(shutil, "copyfileobj", copy_while_a_writer_appends)
     result = chain.materialize(key, selection=["raw_simulation_data"])
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")

@@ -140,3 +140,30 @@ def test_validate_subcommand_exit_codes(home, tmp_path):
     assert missing.returncode == 2
     unknown = cli(["validate", str(good), "--format", "fireworks"], home, tmp_path)
     assert unknown.returncode == 2
+
+
+def test_a_run_file_still_being_written_is_refused_before_anything_runs(home, tmp_path, monkeypatch, capsys):
+    """``run`` and ``register`` copy the file into the inbox; a writer appending meanwhile would leave a
+    prefix of the run there, exported as the whole. In process, to append while the copy runs."""
+    from whileai_pipeline import cli as cli_module
+
+    src = tmp_path / "growing.jsonl"
+    shutil.copyfile(SAMPLE, src)
+    copy = shutil.copyfileobj
+
+    def copy_while_a_writer_appends(fin, fout, length=0):
+        copy(fin, fout, length)
+        with open(fin.name, "ab") as fh:
+            fh.write(b'{"prompt": "one more", "final_text": "ok", "reward": 1}\n')
+
+    monkeypatch.setattr(shutil, "copyfileobj", copy_while_a_writer_appends)
+    monkeypatch.setenv("WHILEAI_PIPELINE_HOME", str(home))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    for command in ("run", "register"):
+        assert cli_module.main([command, str(src)]) == 2
+        err = capsys.readouterr().err
+        assert (f"whileai-pipeline: error: source_changed: {src} changed while it was being copied (is it still "
+                "being written?); nothing was copied.") in err, err
+    inbox = home / "inbox"
+    assert not inbox.exists() or list(inbox.iterdir()) == []
+    assert not (home / "published").exists()

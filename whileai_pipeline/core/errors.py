@@ -65,13 +65,13 @@ class SourceChangedError(ExportError):
     """The file being read changed (rewritten, truncated, appended to or removed) while it was read
     (``source_changed:``); nothing was published."""
 
-    def __init__(self, path):
+    def __init__(self, path, message=None):
         self.path = str(path)
-        super().__init__(f"source_changed: {path} changed while it was being exported; nothing was written. "
-                         "Export again once the file is complete.")
+        super().__init__(message or f"source_changed: {path} changed while it was being exported; nothing was "
+                         "written. Export again once the file is complete.")
 
     def __reduce__(self):
-        return type(self), (self.path,)
+        return type(self), (self.path, str(self))
 
 
 class WorkerLostError(ExportError):

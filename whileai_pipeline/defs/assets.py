@@ -20,7 +20,6 @@ from whileai_pipeline.core.errors import BadJsonlError, ExportError, SourceChang
 from whileai_pipeline.core.jsonl import _BLANK, atomic_file, dumps_line, iter_jsonl, parse_line, sha256_file, write_jsonl
 from whileai_pipeline.core.pairs import build_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
-from whileai_pipeline.core.runs import check_unchanged, file_stamp
 from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callable, resolve_scorer, score_file,
                                            score_stats_of_file, verdict)
 
@@ -80,12 +79,9 @@ def _library_failure(exc: Exception, what: str) -> dg.Failure:
 
 def _snapshot(src, snapshot):
     """Copy the run to ``snapshot``; fail, keeping nothing, if the run changed while it was copied."""
-    stamp = file_stamp(src)
-    copy_atomic(src, snapshot)
     try:
-        check_unchanged(src, stamp)
+        copy_atomic(src, snapshot)
     except SourceChangedError:
-        snapshot.unlink()
         raise dg.Failure(
             description=f"source_changed: {src} changed while it was being copied into the stage (is it "
             "still being written?); nothing was staged and the previous stage is unchanged. Materialize "

@@ -33,8 +33,9 @@ from typing import Optional
 import dagster as dg
 from pydantic import Field
 
+from whileai_pipeline.core.errors import SourceChangedError
 from whileai_pipeline.core.jsonl import atomic_file, sha256_file
-from whileai_pipeline.core.runs import sidecar_path
+from whileai_pipeline.core.runs import check_unchanged, file_stamp, sidecar_path
 
 ENV_HOME = "WHILEAI_PIPELINE_HOME"
 ENV_LOCK_TIMEOUT = "WHILEAI_PIPELINE_LOCK_TIMEOUT"
@@ -90,9 +91,21 @@ def fingerprint(run_path, run_sha: Optional[str] = None) -> str:
 
 
 def copy_atomic(src, dest) -> None:
-    """Copy a file's bytes to ``dest`` through a temporary file and a rename."""
+    """Copy a file's bytes to ``dest`` through a temporary file and a rename.
+
+    Raises SourceChangedError, leaving ``dest`` as it was, if ``src`` changed during the copy (a run
+    still being written): the copy would be a prefix of the run, taken later for the whole.
+    """
+    stamp = file_stamp(src)
     with open(src, "rb") as fin, atomic_file(dest) as fout:
         shutil.copyfileobj(fin, fout, 1 << 20)
+        fout.flush()
+        try:
+            check_unchanged(src, stamp)
+        except SourceChangedError:
+            raise SourceChangedError(src, f"source_changed: {src} changed while it was being copied (is it "
+                                     "still being written?); nothing was copied. Copy it again once it is "
+                                     "complete.") from None
 
 
 class PipelineStorage(dg.ConfigurableResource):
