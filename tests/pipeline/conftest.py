@@ -136,6 +136,20 @@ def chain(storage, instance, tmp_path):
     return Chain(storage, instance, tmp_path)
 
 
+@pytest.fixture
+def writer_appends_during_copies(monkeypatch):
+    """Every file copy (``shutil.copyfileobj``) finds one more row appended to its source as it ends,
+    as when ``simulate`` is still writing the run."""
+    copy = shutil.copyfileobj
+
+    def copy_while_a_writer_appends(fin, fout, length=0):
+        copy(fin, fout, length)
+        with open(fin.name, "ab") as fh:
+            fh.write(b'{"prompt": "one more", "final_text": "ok", "reward": 1}\n')
+
+    monkeypatch.setattr(shutil, "copyfileobj", copy_while_a_writer_appends)
+
+
 def materialization(result, asset):
     events = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == asset]
     assert events, f"{asset} was not materialized"

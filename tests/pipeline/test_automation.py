@@ -192,7 +192,7 @@ def test_settle_seconds_come_from_the_environment(storage, instance, monkeypatch
             _evaluate(inbox_sensor, instance, storage)
 
 
-def test_a_run_that_changes_while_it_is_staged_fails_and_keeps_the_previous_stage(chain, monkeypatch):
+def test_a_run_that_changes_while_it_is_staged_fails_and_keeps_the_previous_stage(chain, request):
     """Copied while a writer still appends to it, the run is not staged: the stage would be a prefix of
     the run, exported as if it were the whole."""
     key = chain.register()
@@ -200,14 +200,7 @@ def test_a_run_that_changes_while_it_is_staged_fails_and_keeps_the_previous_stag
     stage = chain.storage.stage_path(key, "raw")
     staged = stage.read_bytes()
     run_file = chain.storage.run_path(key)
-    copy = shutil.copyfileobj
-
-    def copy_while_a_writer_appends(fin, fout, length=0):
-        copy(fin, fout, length)
-        with open(fin.name, "ab") as fh:
-            fh.write(b'{"prompt": "one more", "final_text": "ok", "reward": 1}\n')
-
-    monkeypatch.setattr(shutil, "copyfileobj", copy_while_a_writer_appends)
+    request.getfixturevalue("writer_appends_during_copies")  # from here on
     result = chain.materialize(key, selection=["raw_simulation_data"])
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")

@@ -142,21 +142,15 @@ def test_validate_subcommand_exit_codes(home, tmp_path):
     assert unknown.returncode == 2
 
 
-def test_a_run_file_still_being_written_is_refused_before_anything_runs(home, tmp_path, monkeypatch, capsys):
+def test_a_run_file_still_being_written_is_refused_before_anything_runs(home, tmp_path, monkeypatch, capsys,
+                                                                       request):
     """``run`` and ``register`` copy the file into the inbox; a writer appending meanwhile would leave a
     prefix of the run there, exported as the whole. In process, to append while the copy runs."""
     from whileai_pipeline import cli as cli_module
 
     src = tmp_path / "growing.jsonl"
     shutil.copyfile(SAMPLE, src)
-    copy = shutil.copyfileobj
-
-    def copy_while_a_writer_appends(fin, fout, length=0):
-        copy(fin, fout, length)
-        with open(fin.name, "ab") as fh:
-            fh.write(b'{"prompt": "one more", "final_text": "ok", "reward": 1}\n')
-
-    monkeypatch.setattr(shutil, "copyfileobj", copy_while_a_writer_appends)
+    request.getfixturevalue("writer_appends_during_copies")
     monkeypatch.setenv("WHILEAI_PIPELINE_HOME", str(home))
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     for command in ("run", "register"):
