@@ -268,13 +268,16 @@ def atomic_file(dest):
     except OSError as exc:
         raise WriteFailedError(dest, exc) from exc
     try:
-        with os.fdopen(fd, "wb", buffering=1 << 20) as fh:
-            try:
-                yield fh
-                fh.flush()
-                os.fsync(fh.fileno())
-            except OSError as exc:
-                raise WriteFailedError(dest, exc) from exc
+        fh = os.fdopen(fd, "wb", buffering=1 << 20)
+        try:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+            fh.close()
+        except OSError as exc:
+            raise WriteFailedError(dest, exc) from exc
+        finally:
+            close_quietly(fh)
         try:
             os.replace(tmp, dest)
         except OSError as exc:
@@ -284,6 +287,14 @@ def atomic_file(dest):
             os.unlink(tmp)
         raise
     fsync_dir(dest.parent)
+
+
+def close_quietly(fh):
+    """Close a file that failed, whatever is left in its buffer: its close would flush that buffer and
+    fail again (a full disk), and that second error would replace the first."""
+    if not fh.closed:
+        with contextlib.suppress(OSError):
+            fh.close()
 
 
 def fsync_dir(directory):

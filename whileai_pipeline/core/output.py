@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from .errors import OutputIsSourceError, WriteFailedError
-from .jsonl import TMP_SUFFIX, atomic_file, fsync_dir, sha256_of, splice, temp_beside
+from .jsonl import TMP_SUFFIX, atomic_file, close_quietly, fsync_dir, sha256_of, splice, temp_beside
 from .parallel import append_part
 
 
@@ -139,7 +139,7 @@ class Spool:
             self.writeback.stop()
             self.writeback = None
         if self.fh is not None:
-            self.fh.close()
+            close_quietly(self.fh)
             self.fh = None
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.tmp)

@@ -476,7 +476,7 @@ def _write_pairs_over(pool, source, jobs, output, out, digest):
     """Pass 2 over worker processes: runs of pairs go to part files, appended here in order."""
     with PartFiles(output, "pairs") as parts:
         tasks = ((jobs[k:k + PAIRS_PER_TASK], parts.name(k)) for k in range(0, len(jobs), PAIRS_PER_TASK))
-        for part in pool.ordered(write_pairs_part, source, tasks):
+        for part in pool.ordered(write_pairs_part, source, tasks, writes_beside=output):
             append_part(part, out, digest)
 
 

@@ -17,6 +17,7 @@ is throttled to disk speed, so parts are deleted as soon as they are appended.
 import collections
 import concurrent.futures as cf
 import contextlib
+import errno
 import glob
 import mmap
 import multiprocessing
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from .errors import BadJsonlError, ExportError, WorkerLostError
+from .errors import BadJsonlError, ExportError, WorkerLostError, WriteFailedError
 from .jsonl import _BLANK, parse_line
 from .runs import change_explains_failure, check_unchanged, file_stamp
 
@@ -35,6 +36,7 @@ CHUNK_BYTES = 8 << 20
 BLOCK_BYTES = 1 << 20
 MIN_PARALLEL_BYTES = 32 << 20
 ENV_WORKERS = "WHILEAI_PIPELINE_WORKERS"
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}  # only writing raises these
 
 
 @dataclass
@@ -315,11 +317,13 @@ class WorkerPool:
     def __exit__(self, *exc):
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def ordered(self, task, path, jobs):
+    def ordered(self, task, path, jobs, writes_beside=None):
         """Yield ``task(path, *job)`` for each job, in order; a few jobs per worker stay in flight.
 
         A failure is SourceChangedError when ``path`` changed meanwhile, and WorkerLostError for a
         worker that died of something other than an error of its own (a signal, the OOM killer).
+        When the tasks write part files beside an output (``writes_beside``), a full disk, a quota,
+        a file size limit or a read-only filesystem there is WriteFailedError for that output.
         """
         path = str(path)
         pending = collections.deque()
@@ -337,6 +341,10 @@ class WorkerPool:
                 except cf.process.BrokenProcessPool as exc:
                     check_unchanged(path, stamp)
                     raise WorkerLostError(path) from exc
+                except OSError as exc:
+                    if writes_beside is not None and exc.errno in WRITE_ERRNOS:
+                        raise WriteFailedError(writes_beside, exc) from exc
+                    raise
         finally:
             for future in pending:
                 future.cancel()

@@ -175,7 +175,7 @@ def _run_pairs(src, plan, tally, spool, dest, workers):
             src.hashed.deferred = True  # hashed at the end, beside the output's flush (``SourceDigest``)
             with WorkerPool(n) as pool:
                 jobs = ((chunk, _pair_lines, plan, spool.part(k)) for k, chunk in enumerate(byte_chunks(src.path)))
-                for outcomes, part, _ in pool.ordered(write_chunk, src.path, jobs):
+                for outcomes, part, _ in pool.ordered(write_chunk, src.path, jobs, writes_beside=dest):
                     for _, outcome in outcomes:
                         tally.consume(outcome)
                     spool.append_part(part)

@@ -214,7 +214,7 @@ def score_file(source, out, scorer, stats, *, dest=None, progress=None, workers=
         return digest.hexdigest()
     with WorkerPool(n) as pool, PartFiles(dest, "scored") as parts:
         jobs = ((chunk, scorer.name, parts.name(k)) for k, chunk in enumerate(byte_chunks(source)))
-        for facts, part in pool.ordered(_score_chunk, source, jobs):
+        for facts, part in pool.ordered(_score_chunk, source, jobs, writes_beside=dest):
             for item in facts:
                 stats.add_facts(item)
             if progress is not None:

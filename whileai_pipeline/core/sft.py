@@ -325,7 +325,7 @@ def _run_pass(src, plan, tally, spool, prescan_wanted, pool):
     # without groups to stamp a spooled line is final (it has no tail): append the parts as they come
     jobs = ((chunk, _sft_lines, plan, spool.part(k)) for k, chunk in enumerate(byte_chunks(src.path)))
     before = 0  # lines of the chunks already consumed: the workers number each chunk's lines from 1
-    for outcomes, part, lines in pool.ordered(write_chunk, src.path, jobs):
+    for outcomes, part, lines in pool.ordered(write_chunk, src.path, jobs, writes_beside=spool.dest):
         for line, outcome in outcomes:
             tally.consume(outcome, before + line)
         before += lines
