@@ -157,7 +157,7 @@ def iter_jsonl_lines(path, hasher=None):
     ``hasher`` sees every byte read, so one pass can both parse and hash the file.
     """
     try:
-        fh = open(path, "rb")
+        fh = open(os.path.expanduser(path), "rb")
     except FileNotFoundError:
         raise FileNotFoundError(f"no such run file: {path} (check the path, or pass rows instead)") from None
     with fh:
@@ -261,7 +261,7 @@ def atomic_file(dest):
     On any exception the temporary file is removed and ``dest`` is untouched. The data is fsynced
     before the rename so a crash leaves either the old file or the complete new one.
     """
-    dest = Path(dest)
+    dest = Path(dest).expanduser()
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = temp_beside(dest, "write")

@@ -17,7 +17,7 @@ from .parallel import append_part
 
 def destination(output, source_path):
     if output:
-        return Path(output)
+        return Path(output).expanduser()
     if source_path is None:
         return None
     suffix = source_path.suffix

@@ -422,6 +422,7 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
     """
     if min_margin <= 0:
         raise ValueError(MIN_MARGIN_ERROR)
+    source, output = os.path.expanduser(source), os.path.expanduser(output)
     from .jsonl import atomic_file, iter_jsonl_spans
     from .parallel import WorkerPool, byte_chunks, map_row_spans, workers_for
     from .runs import change_explains_failure, check_unchanged, file_stamp

@@ -193,7 +193,7 @@ def export_preference(pairs, output=None, *, system_prompt=None, tools=None, str
     started = time.perf_counter()
     check_format(format)
     src = _pair_source(pairs, system_prompt, tools)
-    dest = Path(output) if output else None
+    dest = Path(output).expanduser() if output else None
     if dest is not None and src.path is not None:
         refuse_source(dest, src.path)
     plan = _PairPlan(src.system, src.tools, strip_think, drop_ties, format)

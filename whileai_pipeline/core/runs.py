@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import SourceChangedError
+from .errors import ExportError, SourceChangedError
 from .jsonl import iter_jsonl, read_json, sha256_of
 from .text import text
 
@@ -81,7 +81,7 @@ def read_sidecar(path):
 
 def load_run(path) -> Run:
     """Open a run: its JSONL rows (streamed on each iteration) and the sidecar's prompt and tools."""
-    path = Path(path)
+    path = Path(path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"no such run file: {path} (pass the path of a .jsonl run)")
     system, tools, meta = read_sidecar(path)
@@ -141,7 +141,7 @@ def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True) -> S
         if isinstance(source, Run):
             path = source.path
     elif isinstance(source, (str, Path)):
-        path = Path(source)
+        path = Path(source).expanduser()
         if not path.is_file():
             raise FileNotFoundError(f"no such source file: {path} (pass a JSONL run, a run object or rows)")
         hashed = _HashingRows(path)
@@ -150,6 +150,11 @@ def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True) -> S
             found_system, found_tools, _meta = read_sidecar(path)
             system_from = tools_from = "sidecar"
     else:
+        if isinstance(source, (dict, bytes, bytearray)):
+            raise ExportError(
+                f"source must be rows, a run or a JSONL path, got {type(source).__name__}"
+                + (" (one row?): wrap it in a list" if isinstance(source, dict) else
+                   ": pass the file's path, or the rows parsed from it (read_jsonl)"))
         rows = source
         profile = getattr(source, "profile", None)
         if profile is not None:
@@ -168,13 +173,23 @@ def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True) -> S
         if not system:
             system_from = "none"
     if tools is not None:
-        tool_list, tools_from = list(tools), "argument"
+        tool_list, tools_from = schema_list(tools), "argument"
     else:
-        tool_list = list(found_tools or [])
+        tool_list = schema_list(found_tools or [], f"the {tools_from}'s tools")
         if not tool_list:
             tools_from = "none"
     return Source(rows=rows, path=path, system=system, tools=tool_list, system_source=system_from,
                   tools_source=tools_from, hashed=hashed)
+
+
+def schema_list(tools, what="tools"):
+    """``list(tools)`` (the spec's shallow copy), refusing what it would turn into nonsense schemas
+    on every row without a word: a JSON string (its characters), one schema dict (its keys)."""
+    if isinstance(tools, (str, bytes, bytearray, dict)) or not hasattr(tools, "__iter__"):
+        hint = {str: " (parse a JSON string first: json.loads)", dict: " (wrap one schema in a list)"}
+        raise ExportError(f"{what} must be a list of tool schemas, got {type(tools).__name__}"
+                          f"{hint.get(type(tools), '')}: pass tools=[{{\"type\": \"function\", ...}}, ...]")
+    return list(tools)
 
 
 def file_stamp(path):

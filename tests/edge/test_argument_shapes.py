@@ -1,0 +1,77 @@
+"""Arguments of the wrong shape are refused before anything is written, where the reference turns them
+into silent nonsense; and ``~`` in a path means the home directory, as in pandas, not a folder named ``~``."""
+
+import os
+
+import pytest
+
+import whileai_pipeline.simulations as wai
+from whileai_pipeline.core.jsonl import dumps
+from whileai_pipeline.core.pairs import build_pairs_file
+
+ROW = {"prompt": "Where is order 7?", "steps": [{"tool": "lookup", "arguments": {"id": 7}, "result": "shipped"}],
+       "final_text": "It shipped.", "reward": 1}
+PAIR = {"prompt": "Where is order 7?", "chosen": ROW, "rejected": dict(ROW, final_text="No idea.", reward=0)}
+SCHEMA = {"type": "function", "function": {"name": "lookup"}}
+
+
+@pytest.mark.parametrize("tools, hint", [
+    ('[{"type": "function"}]', r"got str \(parse a JSON string first: json\.loads\)"),
+    (SCHEMA, r"got dict \(wrap one schema in a list\)"),
+    (b"[]", "got bytes"),
+    (3, "got int"),
+])
+@pytest.mark.parametrize("call", ["export_dataset", "export_preference", "training_rows"])
+def test_tools_that_are_not_a_list_of_schemas_are_refused(tmp_path, tools, hint, call):
+    # the reference copies them with list(): a string's characters, a dict's keys, on every row
+    out = tmp_path / "out.jsonl"
+    with pytest.raises(wai.ExportError, match=rf"^tools must be a list of tool schemas, {hint}: pass tools=\["):
+        if call == "export_dataset":
+            wai.export_dataset([ROW], out, tools=tools)
+        elif call == "export_preference":
+            wai.export_preference([PAIR], out, tools=tools)
+        else:
+            wai.training_rows([ROW], tools=tools)
+    assert not out.exists()
+
+
+def test_tools_from_any_iterable_of_schemas_are_taken(tmp_path):
+    for tools in ([SCHEMA], (SCHEMA,), (t for t in [SCHEMA])):
+        (row,) = wai.training_rows([ROW], tools=tools)
+        assert row["tools"] == [SCHEMA]
+    assert "tools" not in wai.training_rows([ROW], tools=[])[0]
+
+
+def test_a_profile_whose_tools_are_a_string_is_refused():
+    class Profile:
+        policy, tools = "You help.", '[{"type": "function"}]'
+
+    class Rows(list):
+        profile = Profile()
+
+    with pytest.raises(wai.ExportError, match=r"^the profile's tools must be a list of tool schemas, got str"):
+        wai.export_dataset(Rows([ROW]), None)
+
+
+@pytest.mark.parametrize("source, hint", [(ROW, r"got dict \(one row\?\): wrap it in a list"),
+                                          (dumps(ROW), "got bytes: pass the file's path")])
+def test_a_source_that_is_one_row_or_bytes_is_refused(tmp_path, source, hint):
+    # the reference iterates it: a dict's keys or a byte string's integers, all skipped, and an empty file
+    with pytest.raises(wai.ExportError, match=rf"^source must be rows, a run or a JSONL path, {hint}"):
+        wai.export_dataset(source, tmp_path / "out.jsonl")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_tilde_in_a_path_is_the_home_directory(tmp_path, monkeypatch):
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    wai.write_jsonl("~/run.jsonl", [ROW, dict(ROW, final_text="No idea.", reward=0)])
+    assert len(list(wai.read_jsonl("~/run.jsonl"))) == len(list(wai.load_run("~/run.jsonl").trajectories)) == 2
+    assert wai.export_dataset("~/run.jsonl", "~/out/sft.jsonl")["path"] == str(home / "out" / "sft.jsonl")
+    assert build_pairs_file("~/run.jsonl", "~/out/pairs.jsonl")["path"] == str(home / "out" / "pairs.jsonl")
+    assert wai.export_preference("~/out/pairs.jsonl", "~/out/dpo.jsonl")["path"] == str(home / "out" / "dpo.jsonl")
+    assert sorted(os.listdir(home / "out")) == ["dpo.jsonl", "pairs.jsonl", "sft.jsonl"]
+    assert list(work.iterdir()) == []  # no folder named "~"
