@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import orjson
 
-from .conversation import conversation
 from .gates import scrub
 from .parallel import PartFiles, append_part
 from .progress import tick
@@ -429,7 +428,7 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
 
     offsets, lengths = array.array("q"), array.array("q")
     n = workers_for(source, workers)
-    stamp = file_stamp(source)  # pass 2 seeks to offsets pass 1 found: the file must stay the same
+    stamp = file_stamp(source)  # pass 2 reads rows back where pass 1 found them: the file must not change
     with contextlib.ExitStack() as stack:
         stack.enter_context(change_explains_failure(source, stamp))
         pool = stack.enter_context(WorkerPool(n)) if n > 1 else None  # one pool for both passes
