@@ -5,8 +5,9 @@
     whileai-pipeline register PATH [--name NAME]              only copy into the inbox + add the partition
     whileai-pipeline validate FILE --format openai|trl        check an export against its consumer's rules
 
-Exit codes: 0 success; 1 the run failed (a gate blocked an export, or a step failed on the data);
-2 bad usage (missing file, unreadable or invalid config file).
+Exit codes: 0 success; 1 the run failed (a gate blocked an export, a step failed on the data, or
+the disk under the storage root is full); 2 bad usage (missing file, unreadable or invalid config
+file, a run file still being written).
 
 Dagster instance: ``$DAGSTER_HOME`` when it is set (the same instance ``dagster dev`` uses), else a
 persistent embedded SQLite instance in ``<root>/dagster_home``, created on first use. That keeps
@@ -179,6 +180,14 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
                 )
         except dg.DagsterInvalidConfigError as exc:
             raise UsageError(f"invalid config: {exc}") from None
+        except Exception as exc:
+            full = _disk_full(exc)
+            if full is None:
+                raise
+            print(f"whileai-pipeline: error: the disk holding {storage.base} is full ({full}); the run stopped. "
+                  "Published files are only ever replaced whole: each is the previous one or a complete new "
+                  "one. Free space, or pass --home on a disk with room, and run again.", file=sys.stderr)
+            return EXIT_FAILED
     print(f"dagster run {result.run_id} ({'success' if result.success else 'FAILED'})", file=out)
     for line in _export_lines(result, storage, key):
         print(line, file=out)
@@ -190,6 +199,22 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     if blocked:
         print("a gate blocked publishing: the published files were left untouched", file=out)
     return EXIT_FAILED
+
+
+def _disk_full(exc):
+    """The reason, if ``exc`` (or what caused it) is a full disk or quota: from our writes, or from
+    Dagster's SQLite storage under the same root ("database or disk is full"); else None."""
+    import errno
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return exc.strerror or str(exc)
+        if "database or disk is full" in str(exc):
+            return "database or disk is full"
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _attach_progress_bars(out):

@@ -161,3 +161,40 @@ def test_a_run_file_still_being_written_is_refused_before_anything_runs(home, tm
     inbox = home / "inbox"
     assert not inbox.exists() or list(inbox.iterdir()) == []
     assert not (home / "published").exists()
+
+
+@pytest.mark.parametrize("failure", ["sqlite", "ENOSPC"])
+def test_a_full_disk_under_the_storage_root_is_said_plainly(home, tmp_path, monkeypatch, capsys, failure):
+    """With the storage root on a full disk, Dagster's own SQLite storage fails first (seen on a 1.2 MB
+    tmpfs: "sqlalchemy.exc.OperationalError: (sqlite3.OperationalError) database or disk is full" and a
+    traceback). The run is stopped by that error here, as it is there."""
+    import errno
+    import sqlite3
+
+    import dagster as dg
+    import sqlalchemy
+
+    from whileai_pipeline import cli as cli_module
+
+    def full(*_args, **_kwargs):
+        if failure == "sqlite":
+            raise sqlalchemy.exc.OperationalError("INSERT INTO event_logs", {},
+                                                  sqlite3.OperationalError("database or disk is full"))
+        raise RuntimeError("step failed") from OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(dg.JobDefinition, "execute_in_process", full)
+    monkeypatch.setenv("WHILEAI_PIPELINE_HOME", str(home))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    assert cli_module.main(["demo"]) == 1
+    err = capsys.readouterr().err
+    reason = "database or disk is full" if failure == "sqlite" else "No space left on device"
+    assert err.startswith(f"whileai-pipeline: error: the disk holding {home.resolve()} is full ({reason}); the run "
+                          "stopped."), err
+    assert "Traceback" not in err
+
+    def other(*_args, **_kwargs):
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(dg.JobDefinition, "execute_in_process", other)
+    with pytest.raises(RuntimeError, match="something else"):  # anything else is not hidden
+        cli_module.main(["demo"])
