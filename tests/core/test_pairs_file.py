@@ -1,6 +1,9 @@
-"""File-to-file pair building gives the same pairs and report as the list API."""
+"""File-to-file pair building (and judging) gives the same pairs and report as the list API."""
+
+import hashlib
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -75,3 +78,40 @@ def test_rows_read_back_for_pass_two_whatever_surrounds_them(tmp_path, monkeypat
         build_pairs_file(src, tmp_path / f"{workers}.jsonl", workers=workers)
         written = [orjson.loads(line) for line in (tmp_path / f"{workers}.jsonl").read_bytes().splitlines()]
         assert written == [orjson.loads(dumps(p)) for p in expected]
+
+
+def test_judging_a_pairs_file_equals_judging_the_list(tmp_path):
+    """judge_pairs_file (a pair at a time, what the pipeline runs) gives the pairs and the report of
+    judge_pairs over the whole list, and may write over its source."""
+    from whileai_pipeline.core.pairs import judge_pairs_file
+
+    rows = [{"prompt": f"task {i % 9}", "reward": i % 2, "final_text": "x" * (i % 7)} for i in range(120)]
+    src = tmp_path / "scored.jsonl"
+    src.write_bytes(b"".join(dumps(r) + b"\n" for r in rows))
+    build_pairs_file(src, tmp_path / "pairs.jsonl", max_pairs_per_prompt=3)
+    calls = []
+
+    def judge(a, b):  # prefers the longer reply, says tie on equal length, fails on one prompt
+        calls.append(1)
+        if a["prompt"] == "task 4":
+            raise RuntimeError("judge down")
+        la, lb = len(a["final_text"]), len(b["final_text"])
+        return {"winner": "tie" if la == lb else ("A" if la > lb else "B"), "reason": "length"}
+
+    pairs = list(wai.read_jsonl(tmp_path / "pairs.jsonl"))
+    expected, expected_report = wai.judge_pairs([dict(p) for p in pairs], judge)
+    report = judge_pairs_file(tmp_path / "pairs.jsonl", tmp_path / "pairs.jsonl", judge)
+    written = tmp_path / "pairs.jsonl"
+    assert list(wai.read_jsonl(written)) == [orjson.loads(dumps(p)) for p in expected]
+    assert {k: v for k, v in report.items() if k not in ("path", "n_written", "sha256", "ties")} == expected_report
+    assert report["n_written"] == len(pairs) >= 20 and report["ties"] == sum(p["tie"] for p in expected) >= 1
+    assert report["sha256"] == hashlib.sha256(written.read_bytes()).hexdigest()
+    assert expected_report["failed"] >= 1 and len(calls) == 4 * len(pairs)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.jsonl", "scored.jsonl"]
+
+    with open(written, "ab") as fh:
+        fh.write(dumps({"prompt": "p", "chosen": {"prompt": "p"}}) + b"\n")
+    before = written.read_bytes()
+    with pytest.raises(ValueError, match=rf"^{written}:{len(pairs) + 1} is not a pair"):
+        judge_pairs_file(written, written, judge)
+    assert written.read_bytes() == before  # nothing replaced

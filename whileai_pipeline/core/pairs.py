@@ -341,73 +341,122 @@ def judge_pairs(pairs, judge=None, *, swap=True, examples=10, position_flip_flag
     Writes ``pairwise`` and ``tie`` onto each pair in place; an answer that flips with the order is a
     tie. Returns (pairs, report).
     """
-    if judge is None or not callable(judge):
-        raise ValueError("judge_pairs needs a judge: a callable judge(a_row, b_row) returning "
-                         "{'winner': 'A'|'B'|'tie', 'reason': ...}; this library makes no network calls")
+    judging = PairwiseJudging(judge, swap=swap, examples=examples)
     entries = [p for p in pairs if isinstance(p, dict)]
-    bad = [i for i, p in enumerate(entries) if not (isinstance(p.get("chosen"), dict) and isinstance(p.get("rejected"), dict))]
+    bad = [i for i, p in enumerate(entries) if not is_pair(p)]
     if bad:
         raise ValueError(f"{len(bad)} entries are not pairs (need chosen/rejected rows); first at {bad[0]}")
-    name = _judge_name(judge)
-    judged = failed = flips = both_swapped = ties = agrees = prefers_rejected = 0
-    disagreements = []
     for pair in entries:
-        first, reason1 = _ask(judge, pair["chosen"], pair["rejected"])
+        judging.add(pair)
+    return entries, judging.report(position_flip_flag, prefers_rejected_flag)
+
+
+def is_pair(entry):
+    return isinstance(entry.get("chosen"), dict) and isinstance(entry.get("rejected"), dict)
+
+
+class PairwiseJudging:
+    """``judge_pairs`` one pair at a time: ``add`` judges a pair in place and counts it; ``report``
+    sums up. The pipeline streams a pairs file through it, so memory does not grow with the pairs."""
+
+    def __init__(self, judge, *, swap=True, examples=10):
+        if judge is None or not callable(judge):
+            raise ValueError("judge_pairs needs a judge: a callable judge(a_row, b_row) returning "
+                             "{'winner': 'A'|'B'|'tie', 'reason': ...}; this library makes no network calls")
+        self.judge, self.swap, self.examples = judge, swap, examples
+        self.name = _judge_name(judge)
+        self.n = self.judged = self.failed = self.flips = self.both_swapped = 0
+        self.ties = self.agrees = self.prefers_rejected = 0
+        self.disagreements = []
+
+    def add(self, pair):
+        """Judge one pair (both orders unless ``swap`` is off); writes ``pairwise`` and ``tie`` onto it."""
+        self.n += 1
+        first, reason1 = _ask(self.judge, pair["chosen"], pair["rejected"])
         first = {"A": "chosen", "B": "rejected", "tie": "tie"}.get(first)
         reasons = [reason1]
         second = None
-        if swap:
-            second, reason2 = _ask(judge, pair["rejected"], pair["chosen"])
+        if self.swap:
+            second, reason2 = _ask(self.judge, pair["rejected"], pair["chosen"])
             second = {"A": "rejected", "B": "chosen", "tie": "tie"}.get(second)
             reasons.append(reason2)
         consistent = None
         if first is None or second is None:
             winner = first if first is not None else second
         else:
-            both_swapped += 1
+            self.both_swapped += 1
             consistent = first == second
             winner = first if consistent else "tie"
-            flips += not consistent
-        pair["pairwise"] = {"winner": winner, "position_consistent": consistent, "swapped": bool(swap),
-                            "reasons": reasons, "judge": name}
+            self.flips += not consistent
+        pair["pairwise"] = {"winner": winner, "position_consistent": consistent, "swapped": bool(self.swap),
+                            "reasons": reasons, "judge": self.name}
         pair["tie"] = winner == "tie"
         if winner is None:
-            failed += 1
-            continue
-        judged += 1
-        ties += winner == "tie"
-        agrees += winner == "chosen"
+            self.failed += 1
+            return
+        self.judged += 1
+        self.ties += winner == "tie"
+        self.agrees += winner == "chosen"
         if winner == "rejected":
-            prefers_rejected += 1
-            if len(disagreements) < examples:
-                disagreements.append({
+            self.prefers_rejected += 1
+            if len(self.disagreements) < self.examples:
+                self.disagreements.append({
                     "prompt": text(pair.get("prompt") or "")[:PROMPT_CUT],
                     "chosen_score": pair.get("chosen_score"),
                     "rejected_score": pair.get("rejected_score"),
                     "reasons": reasons,
                 })
-    flip_rate = round(flips / both_swapped, 4) if both_swapped else None
-    warnings = []
-    if flip_rate is not None and flip_rate >= position_flip_flag:
-        warnings.append(f"position bias: the judge changed its answer when A and B were swapped in "
-                        f"{flips}/{both_swapped} pairs; those pairs are ties, and the judge prompt needs work")
-    if judged and prefers_rejected / judged >= prefers_rejected_flag:
-        warnings.append(f"the pairwise judge prefers the rejected side in {prefers_rejected}/{judged} pairs; the "
-                        "pointwise scores and the pairwise judge disagree on what good is")
-    report = {
-        "n": len(entries),
-        "n_judged": judged,
-        "failed": failed,
-        "judge": name,
-        "swap": bool(swap),
-        "position_flip_rate": flip_rate,
-        "tie_rate": round(ties / judged, 4) if judged else None,
-        "agrees_with_scores": round(agrees / judged, 4) if judged else None,
-        "prefers_rejected": prefers_rejected,
-        "disagreements": disagreements,
-        "warnings": warnings,
-    }
-    return entries, report
+
+    def report(self, position_flip_flag=POSITION_FLIP_FLAG, prefers_rejected_flag=PREFERS_REJECTED_FLAG):
+        judged, flips, both_swapped = self.judged, self.flips, self.both_swapped
+        flip_rate = round(flips / both_swapped, 4) if both_swapped else None
+        warnings = []
+        if flip_rate is not None and flip_rate >= position_flip_flag:
+            warnings.append(f"position bias: the judge changed its answer when A and B were swapped in "
+                            f"{flips}/{both_swapped} pairs; those pairs are ties, and the judge prompt needs work")
+        if judged and self.prefers_rejected / judged >= prefers_rejected_flag:
+            warnings.append(f"the pairwise judge prefers the rejected side in {self.prefers_rejected}/{judged} "
+                            "pairs; the pointwise scores and the pairwise judge disagree on what good is")
+        return {
+            "n": self.n,
+            "n_judged": judged,
+            "failed": self.failed,
+            "judge": self.name,
+            "swap": bool(self.swap),
+            "position_flip_rate": flip_rate,
+            "tie_rate": round(self.ties / judged, 4) if judged else None,
+            "agrees_with_scores": round(self.agrees / judged, 4) if judged else None,
+            "prefers_rejected": self.prefers_rejected,
+            "disagreements": self.disagreements,
+            "warnings": warnings,
+        }
+
+
+def judge_pairs_file(source, output, judge=None, *, swap=True, examples=10, position_flip_flag=POSITION_FLIP_FLAG,
+                     prefers_rejected_flag=PREFERS_REJECTED_FLAG):
+    """``judge_pairs`` from a pairs file to a pairs file, one pair at a time: memory does not grow with
+    the pairs. ``output`` may be ``source`` (it is replaced whole once every pair is judged).
+
+    Returns the judge report plus ``path``, ``n_written``, ``sha256`` and ``ties`` (pairs judged a tie).
+    """
+    from .jsonl import atomic_file, dumps_line, iter_jsonl
+
+    judging = PairwiseJudging(judge, swap=swap, examples=examples)
+    digest = hashlib.sha256()
+    with atomic_file(output) as out:
+        for lineno, entry in iter_jsonl(source):
+            if not isinstance(entry, dict):
+                continue  # judge_pairs leaves such entries out too
+            if not is_pair(entry):
+                raise ValueError(f"{source}:{lineno} is not a pair (need chosen/rejected rows); build pairs with "
+                                 "build_pairs_file or build_preference_pairs")
+            judging.add(entry)
+            line = dumps_line(entry)
+            digest.update(line)
+            out.write(line)
+    report = judging.report(position_flip_flag, prefers_rejected_flag)
+    report.update(path=str(output), n_written=judging.n, sha256=digest.hexdigest(), ties=judging.ties)
+    return report
 
 
 def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True, progress=None,

@@ -17,8 +17,8 @@ import dagster as dg
 
 import whileai_pipeline.simulations as wai
 from whileai_pipeline.core.errors import BadJsonlError, ExportError, SourceChangedError
-from whileai_pipeline.core.jsonl import _BLANK, atomic_file, dumps_line, iter_jsonl, parse_line, sha256_file, write_jsonl
-from whileai_pipeline.core.pairs import build_pairs_file
+from whileai_pipeline.core.jsonl import _BLANK, atomic_file, dumps_line, iter_jsonl, parse_line, sha256_file
+from whileai_pipeline.core.pairs import build_pairs_file, judge_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
 from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callable, resolve_scorer, score_file,
                                            score_stats_of_file, verdict)
@@ -287,6 +287,7 @@ def preference_pairs(
     scored = storage.stage_path(key, STAGE_SCORED)
     _require_stage(scored, "scored_simulation_data")
     path = storage.stage_path(key, STAGE_PAIRS)
+    written = ("path", "n_written", "sha256", "ties")  # what the file functions add to the reports
     try:
         # File to file: the library keeps one summary per row, not the rows (memory stays flat).
         report = build_pairs_file(
@@ -299,21 +300,17 @@ def preference_pairs(
         )
     except ValueError as exc:
         raise _library_failure(exc, "build_preference_pairs") from None
-    report = {k: v for k, v in report.items() if k not in ("path", "n_written", "sha256")}
+    n_pairs, sha256, ties = report["n_written"], report["sha256"], 0  # built pairs carry no tie
+    report = {k: v for k, v in report.items() if k not in written}
     judge_report = None
     if config.judge:
         try:
-            judge = load_callable(config.judge, "judge")
-            pairs, judge_report = wai.judge_pairs([p for _, p in iter_jsonl(path)], judge)
+            judged = judge_pairs_file(path, path, load_callable(config.judge, "judge"))  # a pair at a time
         except (ScorerError, ValueError) as exc:
             raise _library_failure(exc, "judge_pairs") from None
-        write_jsonl(path, pairs)
-        del pairs
+        sha256, ties = judged["sha256"], judged["ties"]
+        judge_report = {k: v for k, v in judged.items() if k not in written}
     _stage_sidecar(scored, path)  # export_preference reads the system prompt and tools from it
-    n_pairs = ties = 0
-    for _, pair in iter_jsonl(path):
-        n_pairs += 1
-        ties += bool(pair.get("tie"))
     metadata = {
         "dagster/row_count": n_pairs,
         "pairs": n_pairs,
@@ -323,7 +320,7 @@ def preference_pairs(
         "ties": ties,
         "pair_report": dg.MetadataValue.json(report),
         "stage_path": dg.MetadataValue.path(str(path)),
-        "sha256": sha256_file(path),
+        "sha256": sha256,
     }
     if isinstance(report.get("mean_margin"), (int, float)):
         metadata["mean_margin"] = float(report["mean_margin"])
