@@ -30,7 +30,7 @@ import orjson
 
 from .errors import BadJsonlError, ExportError, WorkerLostError, WriteFailedError
 from .jsonl import _BLANK, parse_line
-from .runs import change_explains_failure, check_unchanged, file_stamp
+from .runs import change_explains_failure, file_stamp
 
 CHUNK_BYTES = 8 << 20
 BLOCK_BYTES = 1 << 20
@@ -338,8 +338,7 @@ class WorkerPool:
                             yield pending.popleft().result()
                     while pending:
                         yield pending.popleft().result()
-                except cf.process.BrokenProcessPool as exc:
-                    check_unchanged(path, stamp)
+                except cf.process.BrokenProcessPool as exc:  # SourceChangedError instead if the file changed
                     raise WorkerLostError(path) from exc
                 except OSError as exc:
                     if writes_beside is not None and exc.errno in WRITE_ERRNOS:
