@@ -3,6 +3,7 @@
 import hashlib
 import os
 import random
+import re
 
 import orjson
 import pytest
@@ -425,6 +426,10 @@ def test_a_worker_count_that_is_not_a_number_says_where_it_came_from(tmp_path, m
     with pytest.raises(wai.ExportError, match=r"^workers must be a whole number of worker processes "
                                               r"\(1 for one process\), got 'x'$"):
         wai.export_dataset(src, tmp_path / "out.jsonl", workers="x")
+    for bad in (2.5, True, float("inf"), "2.0"):  # int() would take 2.5 as 2 and True as 1
+        with pytest.raises(wai.ExportError, match=rf"^workers must be a whole number .*, got {re.escape(repr(bad))}$"):
+            wai.export_dataset(src, tmp_path / "out.jsonl", workers=bad)
+    assert wai.export_dataset(src, tmp_path / "out.jsonl", workers=2.0, validate=False)["n"] == 20
     monkeypatch.setenv(parallel.ENV_WORKERS, "two")
     with pytest.raises(wai.ExportError, match=r"^\$WHILEAI_PIPELINE_WORKERS must be a whole number of worker "
                                               r"processes \(1 for one process; unset it to choose by file size "

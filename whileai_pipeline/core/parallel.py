@@ -75,9 +75,12 @@ def workers_for(path, requested=None) -> int:
 
 
 def _count(value, name, hint):
+    """``value`` as a number of processes; 2.5 or True is an error, not 2 or 1."""
     try:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError(value)
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ExportError(f"{name} must be a whole number of worker processes (1 for one process{hint}), "
                           f"got {value!r}") from None
 
