@@ -138,16 +138,31 @@ def chain(storage, instance, tmp_path):
 
 @pytest.fixture
 def writer_appends_during_copies(monkeypatch):
-    """Every file copy (``shutil.copyfileobj``) finds one more row appended to its source as it ends,
-    as when ``simulate`` is still writing the run."""
+    """Every copy of a run (``shutil.copyfileobj`` of a ``.jsonl`` file) finds one more row appended to
+    it as it ends, as when ``simulate`` is still writing the run."""
     copy = shutil.copyfileobj
 
     def copy_while_a_writer_appends(fin, fout, length=0):
         copy(fin, fout, length)
-        with open(fin.name, "ab") as fh:
-            fh.write(b'{"prompt": "one more", "final_text": "ok", "reward": 1}\n')
+        if fin.name.endswith(".jsonl"):
+            with open(fin.name, "ab") as fh:
+                fh.write(b'{"prompt": "one more", "final_text": "ok", "reward": 1}\n')
 
     monkeypatch.setattr(shutil, "copyfileobj", copy_while_a_writer_appends)
+
+
+@pytest.fixture
+def sidecar_rewritten_during_copies(monkeypatch):
+    """Every copy of a sidecar (``.meta.json``) finds it rewritten with another system prompt as it ends."""
+    copy = shutil.copyfileobj
+
+    def copy_while_the_sidecar_changes(fin, fout, length=0):
+        copy(fin, fout, length)
+        if fin.name.endswith(".meta.json"):
+            with open(fin.name, "wb") as fh:
+                fh.write(b'{"system_prompt": "a newer prompt, written while the stage copied the old one"}')
+
+    monkeypatch.setattr(shutil, "copyfileobj", copy_while_the_sidecar_changes)
 
 
 def materialization(result, asset):

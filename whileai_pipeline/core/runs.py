@@ -60,10 +60,15 @@ def sidecar_path(path) -> Path:
 
 
 def read_sidecar(path):
-    """(system_prompt, tools) from a run's sidecar, or (None, None) when there is none."""
+    """(system_prompt, tools, sidecar path) from a run's sidecar, or (None, None, None) when there is none."""
     meta = sidecar_path(path)
     if not meta.is_file():
         return None, None, None
+    return (*read_sidecar_file(meta), meta)
+
+
+def read_sidecar_file(meta):
+    """(system_prompt, tools) of a sidecar file, checked; ValueError (``bad_sidecar``) says what is wrong."""
     try:
         data = read_json(meta)
     except ValueError as exc:
@@ -76,7 +81,7 @@ def read_sidecar(path):
         raise ValueError(f"bad_sidecar: {meta}: 'tools' must be a list of tool schemas, got "
                          f"{type(tools).__name__}; fix or delete the sidecar")
     system = data.get("system_prompt")
-    return (None if system is None else text(system)), tools, meta
+    return (None if system is None else text(system)), tools
 
 
 def load_run(path) -> Run:

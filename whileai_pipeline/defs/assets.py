@@ -20,6 +20,7 @@ from whileai_pipeline.core.errors import BadJsonlError, ExportError, SourceChang
 from whileai_pipeline.core.jsonl import _BLANK, atomic_file, dumps_line, iter_jsonl, parse_line, sha256_file
 from whileai_pipeline.core.pairs import build_pairs_file, judge_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
+from whileai_pipeline.core.runs import read_sidecar_file
 from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callable, resolve_scorer, score_file,
                                            score_stats_of_file, verdict)
 
@@ -89,6 +90,19 @@ def _snapshot(src, snapshot):
             "change before it takes a file.") from None
 
 
+def _snapshot_sidecar(meta_src, meta_snapshot):
+    """Copy the run's sidecar to ``meta_snapshot`` and check it: its (system_prompt, tools), or None
+    when the run has none."""
+    if not meta_src.is_file():
+        return None
+    _snapshot(meta_src, meta_snapshot)
+    try:
+        return read_sidecar_file(meta_snapshot)
+    except (ValueError, OSError) as exc:
+        message = str(exc).replace(str(meta_snapshot), str(meta_src))
+        raise dg.Failure(description=f"unreadable sidecar {meta_src}: {message}") from None
+
+
 @dg.asset(
     partitions_def=simulation_runs,
     group_name=GROUP,
@@ -108,21 +122,20 @@ def raw_simulation_data(
             "one with `whileai-pipeline run PATH` or copy <name>.jsonl into the inbox."
         )
     meta_src = meta_path_for(src)
-    if meta_src.is_file():
-        try:
-            wai.load_run(src)  # reads and checks the sidecar (system_prompt, tools)
-        except (ValueError, OSError) as exc:
-            raise dg.Failure(description=f"unreadable sidecar {meta_src}: {exc}") from None
-
     stage = storage.stage_path(key, STAGE_RAW)
     quarantine = storage.stage_path(key, "quarantine")
     # Snapshot first, then read only the snapshot: the rows counted, hashed and staged are the same
     # bytes even if the inbox file changes meanwhile. The previous stage survives a failed read.
+    # The sidecar is snapshotted (and checked) first, and staged only with the run's rows: a stage
+    # never pairs new rows with an old system prompt and tools, or the other way round.
     snapshot = stage.with_name(f".{stage.name}.incoming")
-    _snapshot(src, snapshot)
+    meta_stage = meta_path_for(stage)
+    meta_snapshot = meta_stage.with_name(f".{meta_stage.name}.incoming")
     stats = RawStats()
     quarantined = 0
     try:
+        sidecar = _snapshot_sidecar(meta_src, meta_snapshot)
+        _snapshot(src, snapshot)
         n_bytes = snapshot.stat().st_size
         if config.on_bad_line == OnBadLine.fail:
             progress = _progress(context, "reading the run")
@@ -147,11 +160,15 @@ def raw_simulation_data(
             run_sha = sha256_file(snapshot)
             quarantined = _copy_with_quarantine(snapshot, src, stage, quarantine, stats)
             _refuse_empty(stats, src)
+        if sidecar is not None:
+            os.replace(meta_snapshot, meta_stage)
+        elif meta_stage.exists():
+            meta_stage.unlink()  # the run has no sidecar (any more): a stale one would still be read
     finally:
-        if snapshot.exists():
-            snapshot.unlink()
-    has_sidecar = _stage_sidecar(src, stage)
-    sidecar = wai.load_run(stage).profile if has_sidecar else None
+        for leftover in (snapshot, meta_snapshot):
+            if leftover.exists():
+                leftover.unlink()
+    has_sidecar = sidecar is not None
 
     metadata = {
         "dagster/row_count": stats.rows,
@@ -168,8 +185,8 @@ def raw_simulation_data(
         "source_path": dg.MetadataValue.path(str(src)),
         "stage_path": dg.MetadataValue.path(str(stage)),
         "sidecar": dg.MetadataValue.text(str(meta_src) if has_sidecar else "(none)"),
-        "system_prompt_chars": len(sidecar.policy) if sidecar else 0,
-        "tools_declared": len(sidecar.tools) if sidecar else 0,
+        "system_prompt_chars": len(sidecar[0] or "") if sidecar else 0,
+        "tools_declared": len(sidecar[1] or []) if sidecar else 0,
         "preview": dg.MetadataValue.md(stats.preview_markdown()),
     }
     if quarantined:
