@@ -272,6 +272,28 @@ def test_reward_statistics_over_workers_equal_one_process(tmp_path, monkeypatch)
     assert one.n == 302 and one.out_of_range == 1 and len(one.groups) == 9
 
 
+def test_reward_statistics_of_pair_sides_over_workers_equal_one_process(tmp_path, monkeypatch):
+    """The DPO stage's reward pictures: both rows of every pair, from worker processes or one."""
+    from whileai_pipeline.core.pairs import build_pairs_file
+    from whileai_pipeline.core.scoring import ScoreStats, score_stats_of_file
+
+    src = _run(tmp_path / "run.jsonl", n=300, interleave=True)
+    pairs = tmp_path / "pairs.jsonl"
+    build_pairs_file(src, pairs, workers=1)
+    with open(pairs, "ab") as fh:  # a line that is no pair, and a pair with one side missing
+        fh.write(b"[1, 2]\n" + dumps({"chosen": {"task_id": "t", "reward": 7.5}, "rejected": None}) + b"\n")
+    expected = ScoreStats()
+    for line in pairs.read_bytes().splitlines():
+        pair = orjson.loads(line)
+        if isinstance(pair, dict):
+            expected.add(pair["chosen"])
+            expected.add(pair["rejected"])
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 2048)
+    one, two = score_stats_of_file(pairs, workers=1, sides=True), score_stats_of_file(pairs, workers=2, sides=True)
+    assert vars(one) == vars(two) == vars(expected)
+    assert one.n == 2 * (len(pairs.read_bytes().splitlines()) - 2) + 1 and one.out_of_range == 1
+
+
 @pytest.mark.parametrize("scorer", ["existing", "reference_match"])
 def test_scoring_over_workers_writes_the_same_file(tmp_path, monkeypatch, scorer):
     """The pipeline's scored stage for a big run: built-in scorers over workers, the same bytes and tallies."""

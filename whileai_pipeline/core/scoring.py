@@ -15,8 +15,10 @@ the row's own ``label_source`` is kept for ``existing``, otherwise the scorer's 
 model's data can always be traced to the scorer that chose it.
 """
 
+import contextlib
 import hashlib
 import importlib
+import itertools
 import math
 import re
 import unicodedata
@@ -171,21 +173,34 @@ def score_facts(row, _=None):
     return row.get("reward"), task_key(row)
 
 
-def score_stats_of_file(path, workers=None):
-    """``ScoreStats`` over a JSONL file's rows, read by worker processes when the file is big."""
+def pair_side_facts(pair, _=None):
+    """``score_facts`` of both sides of a pairs-file line, chosen then rejected (() for a non-object)."""
+    if not isinstance(pair, dict):
+        return ()
+    return score_facts(pair.get("chosen")), score_facts(pair.get("rejected"))
+
+
+def score_stats_of_file(path, workers=None, sides=False):
+    """``ScoreStats`` over a JSONL file's rows, read by worker processes when the file is big.
+
+    ``sides=True`` reads a pairs file and counts both rows of every pair.
+    """
     from .jsonl import iter_jsonl
     from .parallel import WorkerPool, byte_chunks, map_rows, workers_for
 
+    fn = pair_side_facts if sides else score_facts
     stats = ScoreStats()
     n = workers_for(path, workers)
-    if n == 1:
-        for _, row in iter_jsonl(path):
-            stats.add(row)
-        return stats
-    with WorkerPool(n) as pool:
-        for facts in pool.ordered(map_rows, path, ((chunk, score_facts, None) for chunk in byte_chunks(path))):
-            for item in facts:
-                stats.add_facts(item)
+    with contextlib.ExitStack() as stack:
+        if n == 1:
+            results = (fn(row) for _, row in iter_jsonl(path))
+        else:
+            pool = stack.enter_context(WorkerPool(n))
+            jobs = ((chunk, fn, None) for chunk in byte_chunks(path))
+            results = itertools.chain.from_iterable(pool.ordered(map_rows, path, jobs))
+        for item in results:
+            for facts in (item if sides else (item,)):
+                stats.add_facts(facts)
     return stats
 
 

@@ -359,13 +359,6 @@ def _reward_pictures(stats):
     }
 
 
-def _pair_sides(pairs_path):
-    for _, pair in iter_jsonl(pairs_path):
-        if isinstance(pair, dict):
-            yield pair.get("chosen")
-            yield pair.get("rejected")
-
-
 def _finish_export(context, storage, kind, formats, candidates, reports, validate, cand_dir, pictures):
     """Decide from the reports, publish or reject, and describe it all as metadata."""
     key = context.partition_key
@@ -523,10 +516,7 @@ def dpo_export(
     except (ExportError, ValueError) as exc:
         discard(cand_dir)
         raise _library_failure(exc, "export_preference") from None
-    sides = ScoreStats()
-    for row in _pair_sides(pairs_path):  # both sides of every pair
-        sides.add(row)
-    pictures = _reward_pictures(sides)
+    pictures = _reward_pictures(score_stats_of_file(pairs_path, sides=True))  # both sides of every pair
     return _finish_export(context, storage, "dpo", formats, candidates, reports, config.validate_gates, cand_dir,
                           pictures)
 
