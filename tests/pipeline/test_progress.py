@@ -32,7 +32,7 @@ def test_pipeline_steps_log_progress(chain, monkeypatch):
     messages = [entry.user_message for entry in chain.instance.all_logs(result.run_id)]
     logged = [m for m in messages if m and "rows done" in m and "rows/s" in m]
     assert any(m.startswith(f"{key}: reading the run: 48 rows done") for m in logged), logged
-    for stage in ("reading the run", "scoring", "pairing", "sft export (openai)", "dpo export (trl)"):
+    for stage in ("reading the run", "scoring", "pairing", "sft export (openai, trl)", "dpo export (trl)"):
         assert any(stage in m for m in logged), stage
 
 
@@ -58,4 +58,4 @@ def test_cli_draws_progress_bars_on_a_terminal(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
     proc = subprocess.run([sys.executable, "-c", script, str(SAMPLE), str(tmp_path / "home")],
                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
-    assert "rows/s" in proc.stdout and "sft export (openai)" in proc.stdout, proc.stdout[-2000:]
+    assert "rows/s" in proc.stdout and "sft export (openai, trl)" in proc.stdout, proc.stdout[-2000:]

@@ -252,21 +252,25 @@ def map_row_spans(path, chunk, fn, arg):
     return [(offset, end - offset, fields) for (offset, fields), end in zip(rows, ends)]
 
 
-def write_chunk(path, chunk, fn, plan, part):
-    """A worker task: ``fn(value, plan)`` of each row of a chunk, which returns (outcome, output lines).
+def write_chunk(path, chunk, fn, plan, parts):
+    """A worker task: ``fn(value, plan)`` of each row of a chunk, which returns (outcome, output lines
+    for each of ``parts``).
 
-    The lines go to ``part``; the (line number, outcome) pairs come back, so output bytes never cross
-    the pipe. Returns (outcomes, part, the chunk's number of lines); line numbers count from the
-    chunk's first line when its ``first_line`` is None.
+    The lines go to the part files (one per output: an export in several formats writes several); the
+    (line number, outcome) pairs come back, so output bytes never cross the pipe. Returns (outcomes,
+    parts, the chunk's number of lines); line numbers count from the chunk's first line when its
+    ``first_line`` is None.
     """
     outcomes = []
-    with open(part, "wb", buffering=1 << 20) as out:
+    with contextlib.ExitStack() as stack:
+        writes = [stack.enter_context(open(part, "wb", buffering=1 << 20)).write for part in parts]
         for lineno, _, value in chunk_rows(path, chunk):
-            outcome, lines = fn(value, plan)
-            for line in lines:
-                out.write(line)
+            outcome, lines_per_part = fn(value, plan)
+            for write, lines in zip(writes, lines_per_part):
+                for line in lines:
+                    write(line)
             outcomes.append((lineno, outcome))
-    return outcomes, part, chunk.lines
+    return outcomes, parts, chunk.lines
 
 
 def append_part(part, out, digest):

@@ -158,11 +158,11 @@ class _PairTally:
 
 
 def _pair_lines(item, plan):
-    """``_pair_outcome`` split for a worker: (the outcome without its bytes, its output lines)."""
+    """``_pair_outcome`` split for a worker: (the outcome without its bytes, its output lines for the one part)."""
     outcome = _pair_outcome(item, plan)
     if isinstance(outcome, tuple):
-        return (outcome[0], outcome[1], None), [outcome[2] + b"\n"]
-    return outcome, ()
+        return (outcome[0], outcome[1], None), ((outcome[2] + b"\n",),)
+    return outcome, ((),)
 
 
 def _run_pairs(src, plan, tally, spool, dest, workers):
@@ -174,8 +174,8 @@ def _run_pairs(src, plan, tally, spool, dest, workers):
         if n > 1:
             src.hashed.deferred = True  # hashed at the end, beside the output's flush (``SourceDigest``)
             with WorkerPool(n) as pool:
-                jobs = ((chunk, _pair_lines, plan, spool.part(k)) for k, chunk in enumerate(byte_chunks(src.path)))
-                for outcomes, part, _ in pool.ordered(write_chunk, src.path, jobs, writes_beside=dest):
+                jobs = ((chunk, _pair_lines, plan, (spool.part(k),)) for k, chunk in enumerate(byte_chunks(src.path)))
+                for outcomes, (part,), _ in pool.ordered(write_chunk, src.path, jobs, writes_beside=dest):
                     for _, outcome in outcomes:
                         tally.consume(outcome)
                     spool.append_part(part)

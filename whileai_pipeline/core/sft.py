@@ -15,9 +15,10 @@ published when a gate or a schema check fails.
 import contextlib
 import math
 import time
+from pathlib import Path
 
 from .conversation import conversation
-from .errors import PrivilegedLeakError, RoundtripInvalidError
+from .errors import ExportError, PrivilegedLeakError, RoundtripInvalidError
 from .gates import (
     ENCODINGS,
     LeakGate,
@@ -58,68 +59,86 @@ class _SftPlan:
         self.tools_json = dumps(list(tools)) if tools else None  # every row's "tools", serialized once
 
 
-def _sft_outcome(raw, plan):
-    """All one source row contributes to an export: gate facts, group summaries, serialized lines.
+def _sft_outcomes(raw, plans):
+    """What one source row contributes to an export in each format of ``plans``, converted once.
 
-    A pure function of (row, plan), so it can run in any process; ``_SftTally.consume`` then adds
-    outcomes up in source order, which keeps the output identical however the work was spread.
+    One outcome per plan: (leak facts, cut by the token cap, [(schema problems, group summary,
+    written or None) per training row]). A pure function of (row, plans), so it can run in any
+    process; each format's ``_SftTally`` then adds its outcomes up in source order, which keeps the
+    output identical however the work was spread. None for a source line that is not an object.
+    The plans share every conversion setting (``_plans``): only the format differs.
     """
     if not isinstance(raw, dict):
         return None
+    base = plans[0]
     rebuilt = None if raw.get("messages") else conversation(raw)
     leak = leak_outcome(raw, rebuilt=rebuilt)
-    entries = []
-    for entry in convert_row(raw, plan.system, plan.tools, plan.strip_think, plan.mask_mode, plan.unroll, plan.cap,
+    entries = [[] for _ in plans]
+    for entry in convert_row(raw, base.system, base.tools, base.strip_think, base.mask_mode, base.unroll, base.cap,
                           rebuilt):
         problems = training_problems(entry)
-        group = row_summary(entry) if plan.summarize_groups else None
-        row = entry
-        if plan.trl:
-            # the entry's messages are this function's own, decoded in place; unrolled samples share them
-            row = (trl_completion_row(entry, copy=plan.unroll) if plan.completion_rows
-                   else trl_training_row(entry, copy=plan.unroll))
-            if row is None:
-                entries.append((problems, group, None))
-                continue
-        messages = row_conversation_messages(row)
-        checked, invalid = count_tool_calls(messages, plan.encoding)
-        if "completion" in row:
-            trained, masked = len(row["completion"]), len(row["prompt"])
-        else:
-            trained = sum(entry["loss_mask"])
-            masked = len(entry["loss_mask"]) - trained
-        first = messages[0] if messages else None
-        tail = b""
-        if plan.grouping and "prompt_text" in row:
-            row = dict(row)
-            tail = dumps({"prompt_text": row.pop("prompt_text")})[1:-1]
-        facts = (
-            checked, invalid,
-            bool(first and first.get("role") == "system"),
-            bool(row.get("tools")),
-            has_tool_calls(messages),
-            row.get("tool_output_truncated", 0),
-            row.get("tool_output_chars_cut", 0),
-            trained, masked,
-            _reward_class(row.get("reward")),
-        )
-        entries.append((problems, group, (facts, dumps_reusing(row, "tools", plan.tools_json), tail)))
-    return leak, raw.get("finish_reason") == "length", entries
+        group = row_summary(entry) if base.summarize_groups else None
+        for plan, written in zip(plans, entries):
+            written.append((problems, group, _written(entry, plan)))
+    length_cut = raw.get("finish_reason") == "length"
+    return [(leak, length_cut, written) for written in entries]
 
 
-def _sft_lines(raw, plan):
-    """``_sft_outcome`` split for a worker: (the outcome without its bytes, its lines in the spool's format)."""
-    outcome = _sft_outcome(raw, plan)
-    if outcome is None:
-        return None, ()
-    entries, lines = [], []
-    for problems, group, written in outcome[2]:
-        if written is not None:
-            facts, body, tail = written
-            lines.append(spool_line(body, tail))
-            written = (facts, None, bool(tail))
-        entries.append((problems, group, written))
-    return (outcome[0], outcome[1], entries), lines
+def _written(entry, plan):
+    """One format's share of a training row: (facts, serialized row, tail), or None when TRL drops it.
+
+    A TRL conversion decodes the entry's messages in place (unrolled samples share them, so those are
+    copied): ``_plans`` puts the TRL plan last, after any format that reads the entry as it is.
+    """
+    row = entry
+    if plan.trl:
+        row = (trl_completion_row(entry, copy=plan.unroll) if plan.completion_rows
+               else trl_training_row(entry, copy=plan.unroll))
+        if row is None:
+            return None
+    messages = row_conversation_messages(row)
+    checked, invalid = count_tool_calls(messages, plan.encoding)
+    if "completion" in row:
+        trained, masked = len(row["completion"]), len(row["prompt"])
+    else:
+        trained = sum(entry["loss_mask"])
+        masked = len(entry["loss_mask"]) - trained
+    first = messages[0] if messages else None
+    tail = b""
+    if plan.grouping and "prompt_text" in row:
+        row = dict(row)
+        tail = dumps({"prompt_text": row.pop("prompt_text")})[1:-1]
+    facts = (
+        checked, invalid,
+        bool(first and first.get("role") == "system"),
+        bool(row.get("tools")),
+        has_tool_calls(messages),
+        row.get("tool_output_truncated", 0),
+        row.get("tool_output_chars_cut", 0),
+        trained, masked,
+        _reward_class(row.get("reward")),
+    )
+    return facts, dumps_reusing(row, "tools", plan.tools_json), tail
+
+
+def _sft_lines(raw, plans):
+    """``_sft_outcomes`` split for a worker: (the outcomes without their bytes, each format's lines in
+    its spool's format)."""
+    outcomes = _sft_outcomes(raw, plans)
+    if outcomes is None:
+        return None, [() for _ in plans]
+    slim, lines = [], []
+    for leak, length_cut, entries in outcomes:
+        kept, out = [], []
+        for problems, group, written in entries:
+            if written is not None:
+                facts, body, tail = written
+                out.append(spool_line(body, tail))
+                written = (facts, None, bool(tail))
+            kept.append((problems, group, written))
+        slim.append((leak, length_cut, kept))
+        lines.append(out)
+    return slim, lines
 
 
 def _reward_class(reward):
@@ -298,41 +317,54 @@ def _rereadable(rows):
         return False
 
 
-def _run_pass(src, plan, tally, spool, prescan_wanted, pool):
-    """Feed every row's outcome to the tally: in this process, or over the worker pool for a big file.
+def _run_pass(src, plans, tallies, spools, prescan_wanted, pool):
+    """Feed every row's outcomes to the tallies (one per format): in this process, or over the worker
+    pool for a big file.
 
     With a pool and groups to stamp, the parts stay on disk in the spool's format (``tally.parts``)
     until ``_splice_parts`` can give every line its group fields.
     """
+    def consume(outcomes, line=None):
+        if outcomes is None:
+            for tally in tallies:
+                tally.consume(None, line)
+        else:
+            for tally, outcome in zip(tallies, outcomes):
+                tally.consume(outcome, line)
+
     if src.hashed is None:
         prescan = _Prescan.of_rows(src.rows) if prescan_wanted else None
-        tally.use(prescan)
+        for tally in tallies:
+            tally.use(prescan)
         for raw in src.rows:
-            tally.consume(_sft_outcome(raw, plan))
+            consume(_sft_outcomes(raw, plans))
         return
     from .parallel import byte_chunks, write_chunk
 
     if pool is None:
         prescan = _Prescan.of_file(src.path, src.hashed.sha256) if prescan_wanted else None
-        tally.use(prescan)
+        for tally in tallies:
+            tally.use(prescan)
         hasher = None if prescan is not None else src.hashed.sha256
         for line, raw in iter_jsonl(src.path, hasher):
-            tally.consume(_sft_outcome(raw, plan), line)
+            consume(_sft_outcomes(raw, plans), line)
         return
     # The parent leaves the source's hash for the end (``SourceDigest``): here it would take a core
     # from the workers, there one is free while the disk flushes the output.
     src.hashed.deferred = True
     # without groups to stamp a spooled line is final (it has no tail): append the parts as they come
-    jobs = ((chunk, _sft_lines, plan, spool.part(k)) for k, chunk in enumerate(byte_chunks(src.path)))
+    jobs = ((chunk, _sft_lines, plans, tuple(spool.part(k) for spool in spools))
+            for k, chunk in enumerate(byte_chunks(src.path)))
     before = 0  # lines of the chunks already consumed: the workers number each chunk's lines from 1
-    for outcomes, part, lines in pool.ordered(write_chunk, src.path, jobs, writes_beside=spool.dest):
+    for outcomes, parts, lines in pool.ordered(write_chunk, src.path, jobs, writes_beside=spools[0].dest):
         for line, outcome in outcomes:
-            tally.consume(outcome, before + line)
+            consume(outcome, before + line)
         before += lines
-        if not plan.grouping:
-            spool.append_part(part)
-        else:
-            tally.parts.append(part)
+        for spool, tally, part in zip(spools, tallies, parts):
+            if not plans[0].grouping:
+                spool.append_part(part)
+            else:
+                tally.parts.append(part)
 
 
 def _splice_parts(spool, tally):
@@ -358,14 +390,63 @@ def export_dataset(source, output=None, *, system_prompt=None, tools=None, strip
     (or ``$WHILEAI_PIPELINE_WORKERS``), 1 forces one process. The output is the same bytes either way.
     ``progress`` (ours): a callable of the number of source rows done, called every few hundred rows.
     """
-    started = time.perf_counter()
     check_format(format)
+    return _export(source, {format: output}, system_prompt, tools, strip_think, validate, mask_mode, unroll,
+                   max_tool_output_chars, workers, progress)[format]
+
+
+def export_datasets(source, outputs, *, system_prompt=None, tools=None, strip_think=True, validate=True,
+                    mask_mode="assistant", unroll=False, max_tool_output_chars=None, workers=None, progress=None):
+    """``export_dataset`` in several formats from one read of the source; returns ``{format: report}``.
+
+    ``outputs`` maps each format (``"openai"``, ``"trl"``) to its output path. Each file and report is
+    what ``export_dataset(source, outputs[format], format=format, ...)`` gives with the same arguments
+    (``elapsed_seconds`` is the whole call's), but each row is parsed, converted and leak-checked
+    once, and a file source is read and hashed once. With ``validate``, the first format in
+    ``outputs`` whose gate fails raises that format's error and no file is written. Each file is put
+    in place atomically, one after the other.
+    """
+    try:
+        outputs = dict(outputs)
+    except (TypeError, ValueError):
+        raise ExportError("export_datasets takes outputs as {format: path}, e.g. {'openai': 'sft.openai.jsonl', "
+                          f"'trl': 'sft.trl.jsonl'}}; got {type(outputs).__name__}") from None
+    if not outputs:
+        raise ExportError("export_datasets needs at least one {format: path} in outputs")
+    for fmt, output in outputs.items():
+        check_format(fmt)
+        if not output:
+            raise ExportError(f"export_datasets: no output path for format {fmt!r}; give every format its own path")
+    paths = {}
+    for fmt, output in outputs.items():
+        where = Path(output).expanduser().resolve()
+        if where in paths:
+            raise ExportError(f"export_datasets: formats {paths[where]!r} and {fmt!r} would both write {output}; "
+                              "give every format its own path")
+        paths[where] = fmt
+    return _export(source, outputs, system_prompt, tools, strip_think, validate, mask_mode, unroll,
+                   max_tool_output_chars, workers, progress)
+
+
+def _plans(formats, system, tools, strip_think, mask_mode, unroll, cap):
+    """One plan per format, in the order their rows are serialized: TRL last (``_written``)."""
+    plans = [_SftPlan(system, tools, strip_think, mask_mode, unroll, cap, fmt) for fmt in formats]
+    return sorted(plans, key=lambda plan: plan.trl)
+
+
+def _export(source, outputs, system_prompt, tools, strip_think, validate, mask_mode, unroll, max_tool_output_chars,
+            workers, progress):
+    """``export_dataset`` for every ``{format: output}`` at once; returns ``{format: report}``."""
+    started = time.perf_counter()
     check_mask_mode(mask_mode)
     src = resolve_source(source, system_prompt, tools)
-    dest = destination(output, src.path)
-    if dest is not None and src.path is not None:
-        refuse_source(dest, src.path)
-    plan = _SftPlan(src.system, src.tools, strip_think, mask_mode, unroll, max_tool_output_chars, format)
+    dests = {fmt: destination(output, src.path) for fmt, output in outputs.items()}
+    if src.path is not None:
+        for dest in dests.values():
+            if dest is not None:
+                refuse_source(dest, src.path)
+    plans = _plans(outputs, src.system, src.tools, strip_think, mask_mode, unroll, max_tool_output_chars)
+    base = plans[0]
     stamp = file_stamp(src.path)
     n = 1
     if src.hashed is not None:
@@ -373,51 +454,71 @@ def export_dataset(source, output=None, *, system_prompt=None, tools=None, strip
 
         n = workers_for(src.path, workers)
     # one process: a pre-scan makes every line final at once; a pool splices group fields in after
-    prescan_wanted = plan.grouping and _rereadable(src.rows) and n == 1
-    plan.summarize_groups = plan.grouping and not prescan_wanted
-    spool = Spool(dest, final_lines=prescan_wanted or not plan.grouping)
+    prescan_wanted = base.grouping and _rereadable(src.rows) and n == 1
+    for plan in plans:
+        plan.summarize_groups = plan.grouping and not prescan_wanted
+    spools = []
     stack = contextlib.ExitStack()
     try:
+        for plan in plans:
+            spools.append(Spool(dests[plan.format], final_lines=prescan_wanted or not plan.grouping))
         pool = None
         if n > 1:
             from .parallel import WorkerPool
 
             pool = stack.enter_context(WorkerPool(n))
-        tally = _SftTally(plan, spool, src.path, progress)
+        tallies = [_SftTally(plan, spool, src.path, progress if i == 0 else None)
+                   for i, (plan, spool) in enumerate(zip(plans, spools))]
         with change_explains_failure(src.path, stamp):
-            _run_pass(src, plan, tally, spool, prescan_wanted, pool)
+            _run_pass(src, plans, tallies, spools, prescan_wanted, pool)
         check_unchanged(src.path, stamp)
         if progress is not None:
-            progress(tally.rows_read)
-        tally.schema.raise_if_bad()
-        report = _sft_report(tally, src, plan, max_tool_output_chars)
-        source_digest = SourceDigest(src, stamp, report)
+            progress(tallies[0].rows_read)
+        tallies[0].schema.raise_if_bad()  # the checks read the rows before any format's own conversion
+        by_format = {plan.format: (plan, spool, tally) for plan, spool, tally in zip(plans, spools, tallies)}
+        reports = {fmt: _sft_report(by_format[fmt][2], src, by_format[fmt][0], max_tool_output_chars)
+                   for fmt in outputs}
+        source_digest = SourceDigest(src, stamp, next(iter(reports.values())))
         stack.callback(source_digest.close)
 
-        roundtrip, leaks = tally.roundtrip, tally.leaks
-        if validate and roundtrip.invalid:
-            rt = report["tool_call_roundtrip"]
+        def digest():
+            """The source's SHA-256, hashed once, into every report."""
             source_digest()
-            raise RoundtripInvalidError(
-                f"tool_call_roundtrip_invalid: {rt['invalid']} of {rt['checked']} tool calls do not parse back to "
-                f"structured arguments (rows {rt['rows']}); training on them teaches string-wrapped arguments. "
-                "Fix the rows or pass validate=False.", finish(report, started))
-        if validate and leaks.n_leaked:
-            source_digest()
-            raise PrivilegedLeakError(_leak_message(leaks), finish(report, started))
+            for report in reports.values():
+                if "source_sha256" in report:
+                    report["source_sha256"] = src.sha256
 
-        if dest is not None:
-            if tally.parts:
-                source_digest.start()  # the splice runs in this process alone: the source's hash takes the other core
-                _splice_parts(spool, tally)
-            report["path"] = str(dest)
-            report["n_written"] = tally.n_out
-            report["sha256"] = spool.publish(None if spool.final_lines else tally.suffixes(), alongside=source_digest)
-        source_digest()
-        return finish(report, started)
+        for fmt, report in reports.items():
+            tally = by_format[fmt][2]
+            roundtrip, leaks = tally.roundtrip, tally.leaks
+            if validate and roundtrip.invalid:
+                rt = report["tool_call_roundtrip"]
+                digest()
+                raise RoundtripInvalidError(
+                    f"tool_call_roundtrip_invalid: {rt['invalid']} of {rt['checked']} tool calls do not parse back "
+                    f"to structured arguments (rows {rt['rows']}); training on them teaches string-wrapped "
+                    "arguments. Fix the rows or pass validate=False.", finish(report, started))
+            if validate and leaks.n_leaked:
+                digest()
+                raise PrivilegedLeakError(_leak_message(leaks), finish(report, started))
+
+        for fmt, report in reports.items():
+            plan, spool, tally = by_format[fmt]
+            dest = dests[fmt]
+            if dest is not None:
+                if tally.parts:
+                    source_digest.start()  # the splice runs in this process alone: the source's hash takes the other core
+                    _splice_parts(spool, tally)
+                report["path"] = str(dest)
+                report["n_written"] = tally.n_out
+                report["sha256"] = spool.publish(None if spool.final_lines else tally.suffixes(),
+                                                 alongside=source_digest)
+        digest()
+        return {fmt: finish(report, started) for fmt, report in reports.items()}
     finally:
         stack.close()
-        spool.discard()
+        for spool in spools:
+            spool.discard()
 
 
 def _sft_report(tally, src, plan, max_tool_output_chars):

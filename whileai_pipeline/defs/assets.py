@@ -432,7 +432,7 @@ def _finish_export(context, storage, kind, formats, candidates, reports, validat
     group_name=GROUP,
     deps=[scored_simulation_data],
     kinds={"python", "jsonl"},
-    description="SFT training files (export_dataset) in each configured format, published to "
+    description="SFT training files in each configured format (export_datasets: one read for all), published to "
     "`published/<run>/sft.<format>.jsonl` only when the round-trip and leak gates pass.",
 )
 @_one_process_per_run
@@ -456,22 +456,20 @@ def sft_export(
         carried = None
     formats = list(config.formats)
     cand_dir = storage.candidate_dir(key, context.run.run_id)
-    candidates, reports = {}, {}
+    candidates = {fmt: cand_dir / f"sft.{fmt}.jsonl" for fmt in formats}
     try:
-        for fmt in formats:
-            candidates[fmt] = cand_dir / f"sft.{fmt}.jsonl"
-            reports[fmt] = wai.export_dataset(
-                str(source),
-                str(candidates[fmt]),
-                validate=False,
-                format=fmt,
-                mask_mode=config.mask_mode.value,
-                unroll=config.unroll,
-                strip_think=config.strip_think,
-                max_tool_output_chars=config.max_tool_output_chars,
-                progress=(progress := _progress(context, f"sft export ({fmt})")),
-            )
-            progress.close()
+        # Every format from one read: each row is parsed, converted and leak-checked once.
+        reports = wai.export_datasets(
+            str(source),
+            {fmt: str(path) for fmt, path in candidates.items()},
+            validate=False,
+            mask_mode=config.mask_mode.value,
+            unroll=config.unroll,
+            strip_think=config.strip_think,
+            max_tool_output_chars=config.max_tool_output_chars,
+            progress=(progress := _progress(context, f"sft export ({', '.join(formats)})")),
+        )
+        progress.close()
     except (ExportError, ValueError) as exc:
         discard(cand_dir)
         raise _library_failure(exc, "export_dataset") from None

@@ -1,0 +1,187 @@
+"""``export_datasets``: several formats from one read give each format's own ``export_dataset`` output."""
+
+import hashlib
+import os
+import random
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import whileai_pipeline.simulations as wai
+from whileai_pipeline.core import parallel
+from whileai_pipeline.core.jsonl import dumps
+
+SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+LEAK = "a long hidden reference text"
+
+
+def _run(path, n=200, seed=5, leak=False, bad_arguments=True):
+    """A run with what tells the formats apart: tool calls (arguments as objects, JSON strings and bad
+    strings), think blocks, rows TRL drops (no assistant turn), ``messages`` rows, non-object lines,
+    rewards of every kind, groups spread over the file."""
+    rnd = random.Random(seed)
+    with open(path, "wb") as fh:
+        for i in range(n):
+            task = i % 9
+            if i % 23 == 4:
+                row = {"prompt": f"p{task}", "scenario_id": f"s{task}", "reward": 1,
+                       "messages": [{"role": "user", "content": "hi"},
+                                    {"role": "assistant", "content": "<think>x</think>hello",
+                                     "tool_calls": [{"function": {"name": "lookup", "arguments": '{"id": 3}'}}]},
+                                    {"role": "tool", "content": {"ok": True}},
+                                    {"role": "assistant", "content": "done"}]}
+            elif i % 31 == 6:
+                row = {"prompt": f"p{task}", "scenario_id": f"s{task}", "steps": [], "final_text": ""}  # no reply
+            else:
+                steps = []
+                for _ in range(rnd.randint(0, 5)):
+                    if rnd.random() < 0.5:
+                        steps.append({"tool": rnd.choice(["lookup", "refund"]),
+                                      "arguments": rnd.choice([{"id": i}, '{"id": 1}', "{bad" if bad_arguments else None,
+                                                               None]),
+                                      "result": rnd.choice(["x" * rnd.randint(0, 300), {"ok": True, "n": i}])})
+                    else:
+                        steps.append({"text": rnd.choice(["<think>h</think>ok", "fine", "  ", "sure"])})
+                row = {"prompt": f"p{task}", "steps": steps, "final_text": rnd.choice(["done", ""]),
+                       "scenario_id": f"s{task}", "rollout_index": i, "finish_reason": rnd.choice(["stop", "length"]),
+                       "reward": rnd.choice([0, 1, 0.5, None, "0.7", True]),
+                       "privileged": {"reference": LEAK}}
+                if leak and i == n // 2:
+                    row["steps"] = [{"text": f"the answer: {LEAK}"}]
+            fh.write(dumps(row) + b"\n")
+            if i % 40 == 11:
+                fh.write(b"[1, 2]\n")  # JSON, not an object: skipped, counted
+    return path
+
+
+def _separate(source, tmp_path, formats, **opts):
+    """Each format exported on its own: {format: (bytes, report)}."""
+    out = {}
+    for fmt in formats:
+        path = tmp_path / f"alone.{fmt}.jsonl"
+        rows = source() if callable(source) else source
+        report = wai.export_dataset(rows, path, format=fmt, **opts)
+        out[fmt] = (path.read_bytes(), report)
+        path.unlink()
+    return out
+
+
+def _together(source, tmp_path, formats, **opts):
+    outputs = {fmt: tmp_path / f"together.{fmt}.jsonl" for fmt in formats}
+    reports = wai.export_datasets(source() if callable(source) else source, outputs, **opts)
+    assert list(reports) == list(formats)  # in the order asked
+    out = {fmt: (outputs[fmt].read_bytes(), reports[fmt]) for fmt in formats}
+    for path in outputs.values():
+        path.unlink()
+    return out
+
+
+def _same(together, separate):
+    for fmt, (data, report) in separate.items():
+        got, got_report = together[fmt]
+        assert got == data, fmt
+        strip = ("path", "elapsed_seconds")
+        assert {k: v for k, v in got_report.items() if k not in strip} == \
+               {k: v for k, v in report.items() if k not in strip}, fmt
+        assert got_report["sha256"] == hashlib.sha256(got).hexdigest()
+
+
+@pytest.mark.parametrize("formats", [("openai", "trl"), ("trl", "openai"), ("trl",), ("openai",)])
+@pytest.mark.parametrize("kind", ["pooled", "one process", "list", "generator"])
+@pytest.mark.parametrize("opts", [dict(), dict(unroll=True), dict(mask_mode="final", strip_think=False),
+                                  dict(max_tool_output_chars=50, system_prompt="SYS", tools=[{"name": "lookup"}])],
+                         ids=["default", "unroll", "final", "cap"])
+def test_every_format_gets_the_bytes_and_report_of_its_own_export(tmp_path, monkeypatch, formats, kind, opts):
+    src = _run(tmp_path / "run.jsonl")
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)  # many chunks, hence many part files per format
+    rows = [orjson.loads(line) for line in src.read_bytes().splitlines()]
+    source = {"pooled": src, "one process": src, "list": rows, "generator": lambda: (r for r in rows)}[kind]
+    opts = dict(opts, validate=False, workers={"pooled": 2, "one process": 1}.get(kind))
+    separate = _separate(source, tmp_path, formats, **opts)
+    assert separate[formats[0]][1]["n"] > 100
+    together = _together(source, tmp_path, formats, **opts)
+    _same(together, separate)
+    if kind in ("pooled", "one process"):
+        for fmt in formats:
+            assert together[fmt][1]["source_sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
+    assert sorted(os.listdir(tmp_path)) == ["run.jsonl"]  # no spool, part or temp file left
+
+
+words = st.text(alphabet="abcdé xyz<>/think", min_size=0, max_size=20)
+arguments = st.one_of(st.none(), st.just({"id": 7}), st.just('{"a": 1}'), st.just("{a: 1}"), st.just('"x"'))
+steps = st.lists(st.one_of(
+    st.builds(lambda t: {"text": t}, words),
+    st.builds(lambda u: {"user": u}, words),
+    st.builds(lambda n, a, r: {"tool": n, "arguments": a, "result": r},
+              st.sampled_from(["lookup", "refund"]), arguments, st.one_of(words, st.just({"ok": True}))),
+), max_size=5)
+rows = st.lists(st.one_of(st.fixed_dictionaries(
+    {"prompt": st.sampled_from(["p1", "p2", "p3", ""]), "steps": steps, "final_text": words},
+    optional={"reward": st.sampled_from([0, 1, 0.5, None, True, "0.7"]),
+              "scenario_id": st.sampled_from(["s1", "s2"]),
+              "opener": words},
+), st.just([1])), max_size=10)
+
+
+@SETTINGS
+@given(source=rows, mask_mode=st.sampled_from(["assistant", "final"]), unroll=st.booleans(),
+       order=st.sampled_from([("openai", "trl"), ("trl", "openai")]))
+def test_property_together_equals_alone(tmp_path, source, mask_mode, unroll, order):
+    """Any rows: the same files and reports, or the same schema error, as one export per format."""
+    src = tmp_path / "src.jsonl"
+    src.write_bytes(b"".join(dumps(r) + b"\n" for r in source))
+    opts = dict(mask_mode=mask_mode, unroll=unroll, validate=False, system_prompt="SYS", workers=1)
+    try:
+        separate = _separate(src, tmp_path, order, **opts)
+    except wai.SchemaInvalidError as exc:
+        with pytest.raises(wai.SchemaInvalidError) as together:
+            _together(src, tmp_path, order, **opts)
+        assert str(together.value) == str(exc)
+        assert sorted(os.listdir(tmp_path)) == ["src.jsonl"]
+        return
+    _same(_together(src, tmp_path, order, **opts), separate)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("gate", ["roundtrip", "leak"])
+def test_a_failed_gate_writes_no_format(tmp_path, monkeypatch, workers, gate):
+    """The first format asked for whose gate fails raises what its own export raises; nothing is written."""
+    if gate == "roundtrip":
+        src, error = _run(tmp_path / "run.jsonl"), wai.RoundtripInvalidError
+    else:
+        src, error = _run(tmp_path / "run.jsonl", leak=True, bad_arguments=False), wai.PrivilegedLeakError
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
+    outputs = {"trl": tmp_path / "sft.trl.jsonl", "openai": tmp_path / "sft.openai.jsonl"}
+    outputs["openai"].write_bytes(b"previous\n")
+    with pytest.raises(error) as together:
+        wai.export_datasets(src, outputs, workers=workers)
+    with pytest.raises(error) as alone:
+        wai.export_dataset(src, tmp_path / "alone.jsonl", format="trl", workers=workers)
+    assert str(together.value) == str(alone.value)
+    strip = ("elapsed_seconds",)
+    assert {k: v for k, v in together.value.report.items() if k not in strip} == \
+           {k: v for k, v in alone.value.report.items() if k not in strip}  # the first format's report
+    assert together.value.report["source_sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
+    assert sorted(os.listdir(tmp_path)) == ["run.jsonl", "sft.openai.jsonl"]
+    assert outputs["openai"].read_bytes() == b"previous\n"
+
+
+def test_outputs_must_name_known_formats_and_distinct_paths(tmp_path):
+    src = _run(tmp_path / "run.jsonl", n=20)
+    cases = [
+        ("sft.jsonl", r"^export_datasets takes outputs as \{format: path\}, .*; got str$"),
+        ({}, r"^export_datasets needs at least one \{format: path\} in outputs$"),
+        ({"openai": tmp_path / "a.jsonl", "sharegpt": tmp_path / "b.jsonl"}, r"format must be one of"),
+        ({"openai": tmp_path / "a.jsonl", "trl": None}, r"^export_datasets: no output path for format 'trl'; "),
+        ({"openai": tmp_path / "a.jsonl", "trl": str(tmp_path / "." / "a.jsonl")},
+         r"^export_datasets: formats 'openai' and 'trl' would both write .*a\.jsonl; give every format its own path$"),
+    ]
+    for outputs, message in cases:
+        with pytest.raises(wai.ExportError, match=message):
+            wai.export_datasets(src, outputs)
+    with pytest.raises(wai.OutputIsSourceError, match="^output_is_source: "):
+        wai.export_datasets(src, {"openai": tmp_path / "a.jsonl", "trl": src})
+    assert sorted(os.listdir(tmp_path)) == ["run.jsonl"]
