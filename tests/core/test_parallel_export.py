@@ -294,6 +294,30 @@ def test_reward_statistics_of_pair_sides_over_workers_equal_one_process(tmp_path
     assert one.n == 2 * (len(pairs.read_bytes().splitlines()) - 2) + 1 and one.out_of_range == 1
 
 
+def test_passing_rows_over_workers_equal_one_process(tmp_path, monkeypatch):
+    """The SFT stage's source when it trains on passing rows only: the same file and tallies from
+    worker processes, and exactly the rows whose reward passes."""
+    from whileai_pipeline.core.scoring import ScoreStats, passing_rows_file, verdict
+
+    src = _run(tmp_path / "run.jsonl", n=300, interleave=True)
+    with open(src, "ab") as fh:
+        fh.write(b"[1, 2]\n" + dumps({"task_id": "t", "reward": 7.5}) + b"\n" + dumps({"reward": "0.9"}) + b"\n")
+    rows = [orjson.loads(line) for line in src.read_bytes().splitlines() if line.strip()]
+    expected = ScoreStats()
+    passing = [r for r in rows if isinstance(r, dict) and verdict(r.get("reward")) == "pass"]
+    for row in passing:
+        expected.add(row)
+    assert 50 < len(passing) < len(rows) - 50
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 2048)
+    for workers in (1, 2):
+        stats, dest = ScoreStats(), tmp_path / f"passing{workers}.jsonl"
+        with open(dest, "wb") as out:
+            passing_rows_file(src, out, stats, dest=dest, workers=workers)
+        assert dest.read_bytes() == b"".join(dumps(r) + b"\n" for r in passing)
+        assert vars(stats) == vars(expected)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["passing1.jsonl", "passing2.jsonl", "run.jsonl"]
+
+
 @pytest.mark.parametrize("scorer", ["existing", "reference_match"])
 def test_scoring_over_workers_writes_the_same_file(tmp_path, monkeypatch, scorer):
     """The pipeline's scored stage for a big run: built-in scorers over workers, the same bytes and tallies."""

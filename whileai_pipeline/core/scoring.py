@@ -238,6 +238,40 @@ def score_file(source, out, scorer, stats, *, dest=None, progress=None, workers=
     return digest.hexdigest()
 
 
+def passing_rows_file(source, out, stats, *, dest=None, workers=None):
+    """Copy the rows of a scored JSONL file whose reward passes (``verdict`` "pass") into the open binary
+    file ``out``, counting them in ``stats``; over worker processes for a big file (part files beside
+    ``dest``, the output's path). The same bytes either way: each row as ``dumps_line`` writes it.
+    """
+    from .jsonl import iter_jsonl
+    from .parallel import PartFiles, WorkerPool, append_part, byte_chunks, workers_for, write_chunk
+
+    n = workers_for(source, workers) if dest is not None else 1
+    if n == 1:
+        for _, row in iter_jsonl(source):
+            facts, (lines,) = _passing_line(row)
+            if facts is not None:
+                stats.add_facts(facts)
+                out.writelines(lines)
+        return
+    with WorkerPool(n) as pool, PartFiles(dest, "passing") as parts:
+        jobs = ((chunk, _passing_line, None, (parts.name(k),)) for k, chunk in enumerate(byte_chunks(source)))
+        for outcomes, (part,), _ in pool.ordered(write_chunk, source, jobs, writes_beside=dest):
+            for _, facts in outcomes:
+                if facts is not None:
+                    stats.add_facts(facts)
+            append_part(part, out, None)
+
+
+def _passing_line(row, _=None):
+    """(``score_facts``, its line) of a passing row, (None, nothing) of any other line (a ``write_chunk`` task)."""
+    if isinstance(row, dict) and verdict(row.get("reward")) == "pass":
+        from .jsonl import dumps_line
+
+        return score_facts(row), ((dumps_line(row),),)
+    return None, ((),)
+
+
 def _score_chunk(path, chunk, scorer_name, part):
     """A worker task: a chunk's rows scored by a built-in scorer into ``part``; their ``score_facts``."""
     from .jsonl import dumps_line

@@ -17,12 +17,12 @@ import dagster as dg
 
 import whileai_pipeline.simulations as wai
 from whileai_pipeline.core.errors import BadJsonlError, ExportError, SourceChangedError
-from whileai_pipeline.core.jsonl import _BLANK, atomic_file, dumps_line, iter_jsonl, parse_line, sha256_file
+from whileai_pipeline.core.jsonl import _BLANK, atomic_file, dumps_line, parse_line, sha256_file
 from whileai_pipeline.core.pairs import build_pairs_file, judge_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
 from whileai_pipeline.core.runs import read_sidecar_file
-from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callable, resolve_scorer, score_file,
-                                           score_stats_of_file, verdict)
+from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callable, passing_rows_file, resolve_scorer,
+                                           score_file, score_stats_of_file)
 
 from .config import DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreConfig, SftExportConfig
 from .partitions import simulation_runs
@@ -446,10 +446,7 @@ def sft_export(
         source = storage.stage_path(key, STAGE_SFT_SOURCE)
         carried = ScoreStats()  # of the rows the export carries, counted in the pass that picks them
         with atomic_file(source) as out:
-            for _, row in iter_jsonl(scored):
-                if isinstance(row, dict) and verdict(row.get("reward")) == "pass":
-                    carried.add(row)
-                    out.write(dumps_line(row))
+            passing_rows_file(scored, out, carried, dest=source)  # over workers for a big run
         _stage_sidecar(scored, source)
     else:
         source = scored
