@@ -8,8 +8,8 @@ from .core.conversation import conversation
 from .core.errors import (BadJsonlError, ExportError, GateError, NoPreferencePairsError, OutputIsSourceError,
                           PrivilegedLeakError, RoundtripInvalidError, SchemaInvalidError, SourceChangedError,
                           WorkerLostError, WriteFailedError)
-from .core.export import (export_dataset, export_datasets, export_preference, export_training, iter_training_rows,
-                          training_rows)
+from .core.export import (export_dataset, export_datasets, export_preference, export_preferences, export_training,
+                          iter_training_rows, training_rows)
 from .core.gates import leak_report, scrub, tool_call_roundtrip
 from .core.jsonl import read_jsonl, write_jsonl
 from .core.masks import loss_mask
@@ -24,7 +24,7 @@ __all__ = [
     "BadJsonlError", "EXPORT_FORMATS", "ExportError", "GateError", "MASK_MODES", "NoPreferencePairsError",
     "OutputIsSourceError", "PrivilegedLeakError", "Profile", "RoundtripInvalidError", "Run", "SchemaInvalidError",
     "SourceChangedError", "WorkerLostError",
-    "build_preference_pairs", "conversation", "export_dataset", "export_datasets", "export_preference", "export_training",
+    "build_preference_pairs", "conversation", "export_dataset", "export_datasets", "export_preference", "export_preferences", "export_training",
     "iter_training_rows", "judge_pairs", "leak_report", "load_run", "loss_mask", "read_jsonl", "scrub",
     "sidecar_path", "to_trl", "tool_call_roundtrip", "training_rows", "write_jsonl", "WriteFailedError",
 ]

@@ -1,4 +1,5 @@
-"""``export_datasets``: several formats from one read give each format's own ``export_dataset`` output."""
+"""``export_datasets`` / ``export_preferences``: several formats from one read give each format's own
+``export_dataset`` / ``export_preference`` output."""
 
 import hashlib
 import os
@@ -185,3 +186,120 @@ def test_outputs_must_name_known_formats_and_distinct_paths(tmp_path):
     with pytest.raises(wai.OutputIsSourceError, match="^output_is_source: "):
         wai.export_datasets(src, {"openai": tmp_path / "a.jsonl", "trl": src})
     assert sorted(os.listdir(tmp_path)) == ["run.jsonl"]
+
+
+# ---------------------------------------------------------------- export_preferences
+
+def _pairs(tmp_path, leak=False, bad_arguments=False):
+    """A pairs file with what tells the formats apart: ties, a pair TRL drops (no assistant turn),
+    a line that is not an object."""
+    from whileai_pipeline.core.pairs import build_pairs_file
+
+    run = _run(tmp_path / "pairs-run.jsonl", n=300, bad_arguments=bad_arguments)
+    path = tmp_path / "pairs.jsonl"
+    build_pairs_file(run, path, min_margin=0.5, max_pairs_per_prompt=20, workers=1)
+    run.unlink()
+    pairs = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    assert len(pairs) > 20
+    pairs[3]["tie"] = True
+    pairs[5]["chosen"] = {"prompt": "p", "steps": [], "final_text": ""}
+    if leak:  # a chosen reply that recites the grader's reference
+        pairs[2]["chosen"].update(steps=[{"text": f"the answer: {LEAK}"}], privileged={"reference": LEAK})
+    with open(path, "wb") as fh:
+        for i, pair in enumerate(pairs):
+            fh.write(dumps(pair) + b"\n")
+            if i == 7:
+                fh.write(b"[1]\n")
+    return path
+
+
+def _separate_pairs(source, tmp_path, formats, **opts):
+    out = {}
+    for fmt in formats:
+        path = tmp_path / f"alone.{fmt}.jsonl"
+        report = wai.export_preference(source() if callable(source) else source, path, format=fmt, **opts)
+        out[fmt] = (path.read_bytes() if path.exists() else None, report)
+        if path.exists():
+            path.unlink()
+    return out
+
+
+def _together_pairs(source, tmp_path, formats, **opts):
+    outputs = {fmt: tmp_path / f"together.{fmt}.jsonl" for fmt in formats}
+    reports = wai.export_preferences(source() if callable(source) else source, outputs, **opts)
+    assert list(reports) == list(formats)
+    out = {fmt: (outputs[fmt].read_bytes() if outputs[fmt].exists() else None, reports[fmt]) for fmt in formats}
+    for path in outputs.values():
+        if path.exists():
+            path.unlink()
+    return out
+
+
+def _same_pairs(together, separate):
+    for fmt, (data, report) in separate.items():
+        got, got_report = together[fmt]
+        assert got == data, fmt
+        strip = ("path", "elapsed_seconds")
+        assert {k: v for k, v in got_report.items() if k not in strip} == \
+               {k: v for k, v in report.items() if k not in strip}, fmt
+        if data is not None:
+            assert got_report["sha256"] == hashlib.sha256(got).hexdigest()
+
+
+@pytest.mark.parametrize("formats", [("openai", "trl"), ("trl", "openai"), ("trl",)])
+@pytest.mark.parametrize("kind", ["pooled", "one process", "list", "generator"])
+@pytest.mark.parametrize("drop_ties", [True, False])
+def test_every_format_gets_the_pairs_and_report_of_its_own_export(tmp_path, monkeypatch, formats, kind, drop_ties):
+    path = _pairs(tmp_path)
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
+    items = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    source = {"pooled": path, "one process": path, "list": items, "generator": lambda: (p for p in items)}[kind]
+    opts = dict(validate=False, drop_ties=drop_ties, system_prompt="SYS",
+                workers={"pooled": 2, "one process": 1}.get(kind))
+    separate = _separate_pairs(source, tmp_path, formats, **opts)
+    if "trl" in formats:
+        assert separate["trl"][1]["no_completion_dropped"] >= 1
+    together = _together_pairs(source, tmp_path, formats, **opts)
+    _same_pairs(together, separate)
+    if kind in ("pooled", "one process"):
+        assert together[formats[0]][1]["source_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert sorted(os.listdir(tmp_path)) == ["pairs.jsonl"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("gate", ["roundtrip", "leak", "no pairs"])
+def test_a_refused_preference_export_writes_no_format(tmp_path, monkeypatch, workers, gate):
+    """The first format asked for whose export would raise raises that error; nothing is written."""
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
+    if gate == "no pairs":  # TRL drops the only pair; OpenAI would have written it
+        pair = {"prompt": "p", "chosen": {"prompt": "p", "steps": [], "final_text": ""},
+                "rejected": {"prompt": "p", "final_text": "no"}}
+        path, error = tmp_path / "pairs.jsonl", wai.NoPreferencePairsError
+        path.write_bytes(dumps(pair) + b"\n")
+    else:
+        path = _pairs(tmp_path, leak=gate == "leak", bad_arguments=gate == "roundtrip")
+        error = {"roundtrip": wai.RoundtripInvalidError, "leak": wai.PrivilegedLeakError}[gate]
+    outputs = {"trl": tmp_path / "dpo.trl.jsonl", "openai": tmp_path / "dpo.openai.jsonl"}
+    outputs["openai"].write_bytes(b"previous\n")
+    with pytest.raises(error) as together:
+        wai.export_preferences(path, outputs, workers=workers)
+    with pytest.raises(error) as alone:
+        wai.export_preference(path, tmp_path / "alone.jsonl", format="trl", workers=workers)
+    assert str(together.value) == str(alone.value)
+    if gate != "no pairs":
+        strip = ("elapsed_seconds",)
+        assert {k: v for k, v in together.value.report.items() if k not in strip} == \
+               {k: v for k, v in alone.value.report.items() if k not in strip}
+    assert sorted(os.listdir(tmp_path)) == ["dpo.openai.jsonl", "pairs.jsonl"]
+    assert outputs["openai"].read_bytes() == b"previous\n"
+
+
+def test_preference_outputs_are_checked_like_sft_outputs(tmp_path):
+    path = tmp_path / "pairs.jsonl"
+    path.write_bytes(b"")
+    with pytest.raises(wai.ExportError, match=r"^export_preferences takes outputs as \{format: path\}"):
+        wai.export_preferences(path, "dpo.jsonl")
+    with pytest.raises(wai.ExportError, match=r"^export_preferences: formats 'openai' and 'trl' would both write "):
+        wai.export_preferences(path, {"openai": tmp_path / "a.jsonl", "trl": tmp_path / "a.jsonl"})
+    with pytest.raises(wai.OutputIsSourceError, match="^output_is_source: "):
+        wai.export_preferences(path, {"openai": tmp_path / "a.jsonl", "trl": path})

@@ -32,7 +32,7 @@ def test_pipeline_steps_log_progress(chain, monkeypatch):
     messages = [entry.user_message for entry in chain.instance.all_logs(result.run_id)]
     logged = [m for m in messages if m and "rows done" in m and "rows/s" in m]
     assert any(m.startswith(f"{key}: reading the run: 48 rows done") for m in logged), logged
-    for stage in ("reading the run", "scoring", "pairing", "sft export (openai, trl)", "dpo export (trl)"):
+    for stage in ("reading the run", "scoring", "pairing", "sft export (openai, trl)", "dpo export (openai, trl)"):
         assert any(stage in m for m in logged), stage
 
 

@@ -10,7 +10,8 @@ import threading
 import time
 from pathlib import Path
 
-from .errors import OutputIsSourceError, WriteFailedError
+from .errors import ExportError, OutputIsSourceError, WriteFailedError
+from .gates import check_format
 from .jsonl import TMP_SUFFIX, atomic_file, close_quietly, fsync_dir, sha256_of, splice, temp_beside
 from .parallel import append_part
 
@@ -37,6 +38,29 @@ def refuse_source(dest, source_path):
             f"output_is_source: {dest} is the source file {source_path}; writing there would destroy "
             "the raw run. Pass another output path, or none to get <name>.train<suffix> beside it."
         )
+
+
+def check_outputs(outputs, who):
+    """``{format: path}`` for an export in several formats (``who`` names it in errors): known formats,
+    one path each, no path twice. Returned as a dict, in the order given."""
+    try:
+        outputs = dict(outputs)
+    except (TypeError, ValueError):
+        raise ExportError(f"{who} takes outputs as {{format: path}}, e.g. {{'openai': 'out.openai.jsonl', "
+                          f"'trl': 'out.trl.jsonl'}}; got {type(outputs).__name__}") from None
+    if not outputs:
+        raise ExportError(f"{who} needs at least one {{format: path}} in outputs")
+    seen = {}
+    for fmt, output in outputs.items():
+        check_format(fmt)
+        if not output:
+            raise ExportError(f"{who}: no output path for format {fmt!r}; give every format its own path")
+        where = Path(output).expanduser().resolve()
+        if where in seen:
+            raise ExportError(f"{who}: formats {seen[where]!r} and {fmt!r} would both write {output}; "
+                              "give every format its own path")
+        seen[where] = fmt
+    return outputs
 
 
 def spool_line(body, tail=b""):

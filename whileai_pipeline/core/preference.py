@@ -1,6 +1,7 @@
 """``export_preference``: chosen/rejected pairs as DPO rows, behind both gates (spec 7, DECISIONS 12)."""
 
 import enum
+import functools
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from .gates import (
     scrub,
 )
 from .jsonl import dumps, dumps_reusing
-from .output import Spool, finish, refuse_source
+from .output import Spool, check_outputs, finish, refuse_source
 from .pairs import first_turn_note, length_note
 from .progress import tick
 from .rows import SchemaCheck, preference_problems, stamp
@@ -42,6 +43,7 @@ class _PairPlan:
 
     def __init__(self, system, tools, strip_think, drop_ties, format):
         self.system, self.tools, self.strip_think, self.drop_ties = system, tools, strip_think, drop_ties
+        self.format = format
         self.trl = format == "trl"
         self.encoding = ENCODINGS[format]
         self.tools_json = dumps(list(tools)) if tools else None  # every row's "tools", serialized once
@@ -61,18 +63,22 @@ class _Kind(enum.Enum):
 _SKIP, _BAD, _TIE, _DROPPED = _Kind
 
 
-def _pair_outcome(item, plan):
-    """All one pair contributes: its kind, or (schema problems, gate facts, serialized row).
+def _pair_outcomes(item, plans):
+    """All one pair contributes to an export in each format of ``plans``: per plan, its kind, or
+    (schema problems, gate facts, serialized row).
 
-    A pure function of (item, plan), so it can run in any process; ``_PairTally.consume`` adds the
-    outcomes up in order, which keeps the output the same however the work was spread.
+    The sides are converted and leak-checked once; only the TRL reshaping (which copies what it
+    changes), the checks and the serialization are per format. A pure function of (item, plans), so
+    it can run in any process; each format's ``_PairTally.consume`` adds the outcomes up in order,
+    which keeps the output the same however the work was spread.
     """
     if not isinstance(item, dict):
-        return _SKIP
+        return [_SKIP] * len(plans)
     if not (isinstance(item.get("chosen"), dict) and isinstance(item.get("rejected"), dict)):
-        return _BAD
-    if plan.drop_ties and item.get("tie"):
-        return _TIE
+        return [_BAD] * len(plans)
+    base = plans[0]
+    if base.drop_ties and item.get("tie"):
+        return [_TIE] * len(plans)
     entry = {"prompt": item.get("prompt")}
     rebuilt = {}  # each side's conversation, built once for the wire rows and the leak checks
     for side in ("chosen", "rejected"):
@@ -80,30 +86,37 @@ def _pair_outcome(item, plan):
         messages = row.get("messages")
         if not messages:
             messages = rebuilt[side] = conversation(row)
-        entry[side] = to_wire(messages, system=plan.system, strip_think=plan.strip_think)
-    if plan.tools:
-        entry["tools"] = list(plan.tools)
+        entry[side] = to_wire(messages, system=base.system, strip_think=base.strip_think)
+    if base.tools:
+        entry["tools"] = list(base.tools)
     for key in PAIR_KEYS:
         value = item.get(key)
         if value is not None:
             entry[key] = scrub(value)
     stamp(entry)
-    if plan.trl:
-        entry = trl_preference_row(entry)
-        if entry is None:
-            return _DROPPED
-    delta, margin = entry.get("length_delta"), entry.get("margin")
-    facts = (
-        count_tool_calls(entry["chosen"], plan.encoding),
-        count_tool_calls(entry["rejected"], plan.encoding),
-        leak_outcome(item["chosen"], rebuilt=rebuilt.get("chosen")),
-        bool(leak_verdict(item["rejected"], rebuilt=rebuilt.get("rejected"))),
-        bool(has_tool_calls(entry["chosen"]) or has_tool_calls(entry["rejected"])),
-        delta if isinstance(delta, int) else None,
-        entry.get("first_turn_differs") is False,
-        margin if isinstance(margin, (int, float)) else None,
-    )
-    return preference_problems(entry), facts, dumps_reusing(entry, "tools", plan.tools_json)
+    leak = leak_outcome(item["chosen"], rebuilt=rebuilt.get("chosen"))
+    rejected_quotes = bool(leak_verdict(item["rejected"], rebuilt=rebuilt.get("rejected")))
+    outcomes = []
+    for plan in plans:
+        row = entry
+        if plan.trl:
+            row = trl_preference_row(entry)  # a copy: the entry stays as it is for any other format
+            if row is None:
+                outcomes.append(_DROPPED)
+                continue
+        delta, margin = row.get("length_delta"), row.get("margin")
+        facts = (
+            count_tool_calls(row["chosen"], plan.encoding),
+            count_tool_calls(row["rejected"], plan.encoding),
+            leak,
+            rejected_quotes,
+            bool(has_tool_calls(row["chosen"]) or has_tool_calls(row["rejected"])),
+            delta if isinstance(delta, int) else None,
+            row.get("first_turn_differs") is False,
+            margin if isinstance(margin, (int, float)) else None,
+        )
+        outcomes.append((preference_problems(row), facts, dumps_reusing(row, "tools", plan.tools_json)))
+    return outcomes
 
 
 class _PairTally:
@@ -157,31 +170,43 @@ class _PairTally:
         self.n_out += 1
 
 
-def _pair_lines(item, plan):
-    """``_pair_outcome`` split for a worker: (the outcome without its bytes, its output lines for the one part)."""
-    outcome = _pair_outcome(item, plan)
-    if isinstance(outcome, tuple):
-        return (outcome[0], outcome[1], None), ((outcome[2] + b"\n",),)
-    return outcome, ((),)
+def _pair_lines(item, plans):
+    """``_pair_outcomes`` split for a worker: (the outcomes without their bytes, each format's lines)."""
+    outcomes, lines = [], []
+    for outcome in _pair_outcomes(item, plans):
+        if isinstance(outcome, tuple):
+            outcomes.append((outcome[0], outcome[1], None))
+            lines.append((outcome[2] + b"\n",))
+        else:
+            outcomes.append(outcome)
+            lines.append(())
+    return outcomes, lines
 
 
-def _run_pairs(src, plan, tally, spool, dest, workers):
-    """Feed every pair's outcome to the tally: in this process, or over worker processes for a big file."""
-    if src.hashed is not None and dest is not None:
+def _run_pairs(src, plans, tallies, spools, workers):
+    """Feed every pair's outcomes to the tallies (one per format): in this process, or over worker
+    processes for a big file written to files."""
+    def consume(outcomes):
+        for tally, outcome in zip(tallies, outcomes):
+            tally.consume(outcome)
+
+    if src.hashed is not None and all(spool.dest is not None for spool in spools):
         from .parallel import WorkerPool, byte_chunks, workers_for, write_chunk
 
         n = workers_for(src.path, workers)
         if n > 1:
             src.hashed.deferred = True  # hashed at the end, beside the output's flush (``SourceDigest``)
             with WorkerPool(n) as pool:
-                jobs = ((chunk, _pair_lines, plan, (spool.part(k),)) for k, chunk in enumerate(byte_chunks(src.path)))
-                for outcomes, (part,), _ in pool.ordered(write_chunk, src.path, jobs, writes_beside=dest):
+                jobs = ((chunk, _pair_lines, plans, tuple(spool.part(k) for spool in spools))
+                        for k, chunk in enumerate(byte_chunks(src.path)))
+                for outcomes, parts, _ in pool.ordered(write_chunk, src.path, jobs, writes_beside=spools[0].dest):
                     for _, outcome in outcomes:
-                        tally.consume(outcome)
-                    spool.append_part(part)
+                        consume(outcome)
+                    for spool, part in zip(spools, parts):
+                        spool.append_part(part)
             return
     for item in src.rows:
-        tally.consume(_pair_outcome(item, plan))
+        consume(_pair_outcomes(item, plans))
 
 
 def export_preference(pairs, output=None, *, system_prompt=None, tools=None, strip_think=True, validate=True,
@@ -190,105 +215,157 @@ def export_preference(pairs, output=None, *, system_prompt=None, tools=None, str
 
     ``workers`` (ours): processes for a large JSONL path source, as for ``export_dataset``.
     """
-    started = time.perf_counter()
     check_format(format)
+    return _export(pairs, {format: output}, system_prompt, tools, strip_think, validate, drop_ties, progress,
+                   workers)[format]
+
+
+def export_preferences(pairs, outputs, *, system_prompt=None, tools=None, strip_think=True, validate=True,
+                       drop_ties=True, progress=None, workers=None):
+    """``export_preference`` in several formats from one read of the pairs; returns ``{format: report}``.
+
+    ``outputs`` maps each format (``"openai"``, ``"trl"``) to its output path. Each file and report is
+    what ``export_preference(pairs, outputs[format], format=format, ...)`` gives with the same
+    arguments (``elapsed_seconds`` is the whole call's), but each pair is parsed, converted and
+    leak-checked once. With ``validate``, the first format in ``outputs`` whose export would raise
+    raises that error and no file is written. Each file is put in place atomically, one after the other.
+    """
+    return _export(pairs, check_outputs(outputs, "export_preferences"), system_prompt, tools, strip_think, validate,
+                   drop_ties, progress, workers)
+
+
+def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ties, progress, workers):
+    """``export_preference`` for every ``{format: output}`` at once; returns ``{format: report}``."""
+    started = time.perf_counter()
     src = _pair_source(pairs, system_prompt, tools)
-    dest = Path(output).expanduser() if output else None
-    if dest is not None and src.path is not None:
-        refuse_source(dest, src.path)
-    plan = _PairPlan(src.system, src.tools, strip_think, drop_ties, format)
+    dests = {fmt: Path(output).expanduser() if output else None for fmt, output in outputs.items()}
+    if src.path is not None:
+        for dest in dests.values():
+            if dest is not None:
+                refuse_source(dest, src.path)
+    plans = [_PairPlan(src.system, src.tools, strip_think, drop_ties, fmt) for fmt in outputs]
     stamp = file_stamp(src.path)
-    spool = Spool(dest)
+    spools = []
     try:
-        tally = _PairTally(format, spool, progress)
+        for plan in plans:
+            spools.append(Spool(dests[plan.format]))
+        tallies = [_PairTally(plan.format, spool, progress if i == 0 else None)
+                   for i, (plan, spool) in enumerate(zip(plans, spools))]
         with change_explains_failure(src.path, stamp):
-            _run_pairs(src, plan, tally, spool, dest, workers)
+            _run_pairs(src, plans, tallies, spools, workers)
         check_unchanged(src.path, stamp)
-        t = tally
-        n_entries, skipped, bad, ties, dropped, n_out = t.n_entries, t.skipped, t.bad, t.ties, t.dropped, t.n_out
-        rejected_quoting, deltas, longer, identical = t.rejected_quoting, t.deltas, t.longer, t.identical
-        rows_with_calls, roundtrip, leaks, schema = t.rows_with_calls, t.roundtrip, t.leaks, t.schema
         if progress is not None:
-            progress(n_entries + skipped)
-        if bad:
-            raise ValueError(
-                f"export_preference takes chosen/rejected pairs, and {bad} of {n_entries} entries have no "
-                "chosen/rejected side. Build the pairs first: export_preference(build_preference_pairs(rows), ...) "
-                "or scored.select_for_preference().")
-        schema.raise_if_bad()
-
-        report = {"pairs": n_out, "format": format, "tool_call_roundtrip": roundtrip.report()}
-        privileged = leaks.export_report()
-        privileged["rejected_quoting"] = rejected_quoting
-        report["privileged_leaks"] = privileged
-        if ties:
-            report["ties_dropped"] = ties
-        if dropped:
-            report["no_completion_dropped"] = dropped
-        if deltas:
-            report["chosen_longer_frac"] = round(longer / deltas, 3)
-            note = length_note(longer, deltas)
-            if note:
-                report["warnings"] = [note]
-        if identical:
-            report["first_turn_identical"] = identical
-            report.setdefault("warnings", []).append(first_turn_note(identical, n_out))
-        if t.n_margins:
-            report["mean_margin"] = round(t.margin_sum / t.n_margins, 4)
-        if leaks.n_leaked:
-            report.setdefault("warnings", []).append(
-                f"{leaks.n_leaked} of {leaks.n_checked} chosen replies quote their own privileged context and are "
-                "exported anyway (validate=False): DPO would push the model towards saying what only the grader "
-                "was told; report['privileged_leaks']['leaked'] names them.")
-        if rejected_quoting:
-            report.setdefault("warnings", []).append(
-                f"{rejected_quoting} rejected replies quote their own privileged context; they are kept as "
-                "negatives (DPO pushes them down), but a grader that rewards such replies needs a look.")
-        if rows_with_calls and not src.tools:
-            report.setdefault("warnings", []).append(
-                f"{rows_with_calls} of {n_out} rows make tool calls but were exported without tool schemas; "
-                "the trainer cannot show the model the tools it calls. Pass tools=, or keep a <name>.meta.json "
-                "sidecar beside the pairs file.")
-        if rows_with_calls and not src.system:
-            report.setdefault("warnings", []).append(
-                f"{rows_with_calls} of {n_out} rows make tool calls but were exported without a system prompt. "
-                "Pass system_prompt=, or keep a <name>.meta.json sidecar beside the pairs file.")
-        report["system_prompt_source"] = src.system_source
-        report["tools_source"] = src.tools_source
-        report["rows_read"] = n_entries + skipped
-        report["rows_skipped"] = skipped
-        if src.path is not None:
-            report["source_path"] = str(src.path)
-            report["source_sha256"] = src.sha256  # None until SourceDigest fills it in
-        source_digest = SourceDigest(src, stamp, report)
-
-        if validate and roundtrip.invalid:
-            rt = report["tool_call_roundtrip"]
-            source_digest()
-            raise RoundtripInvalidError(
-                f"tool_call_roundtrip_invalid: {rt['invalid']} of {rt['checked']} tool calls in the pairs do not "
-                "parse back to structured arguments. Fix the rows or pass validate=False.", finish(report, started))
-        if validate and leaks.n_leaked:
-            source_digest()
-            raise PrivilegedLeakError(
-                f"privileged_leak: {leaks.n_leaked} of {leaks.n_checked} chosen replies quote their own privileged "
-                "context (reference, principle or hidden state); DPO would teach the model to say what only the "
-                "grader was told. Drop those pairs (report['privileged_leaks']['leaked'] names them) or pass "
-                "validate=False.", finish(report, started))
-        if not n_out:
-            source_digest()
-            if validate:
-                raise NoPreferencePairsError(
-                    "no_preference_pairs: nothing had a chosen and a rejected side. All-pass or all-fail runs "
-                    "produce no contrast; regrade or raise difficulty, or pass validate=False to get the empty "
-                    "report without a file.")
-            report["path"] = None
-            return finish(report, started)
-        if dest is not None:
-            report["sha256"] = spool.publish(alongside=source_digest)
-            report["path"] = str(dest)
-            report["n_written"] = n_out
-        source_digest()
-        return finish(report, started)
+            progress(tallies[0].n_entries + tallies[0].skipped)
+        reports = {}
+        source_digest = None
+        for plan, tally in zip(plans, tallies):
+            report = _checked_report(tally, src, plan.format, validate, started)
+            reports[plan.format] = report
+            if source_digest is None:
+                source_digest = SourceDigest(src, stamp, report)
+            digest = functools.partial(_digest, source_digest, src, reports)
+            _raise_if_refused(tally, report, validate, started, digest)
+        for plan, tally, spool in zip(plans, tallies, spools):
+            report = reports[plan.format]
+            if not tally.n_out:
+                report["path"] = None
+            elif spool.dest is not None:
+                report["sha256"] = spool.publish(alongside=source_digest)
+                report["path"] = str(spool.dest)
+                report["n_written"] = tally.n_out
+        _digest(source_digest, src, reports)
+        return {fmt: finish(report, started) for fmt, report in reports.items()}
     finally:
-        spool.discard()
+        for spool in spools:
+            spool.discard()
+
+
+def _digest(source_digest, src, reports):
+    """The source's SHA-256, hashed once, into every report."""
+    source_digest()
+    for report in reports.values():
+        if "source_sha256" in report:
+            report["source_sha256"] = src.sha256
+
+
+def _checked_report(tally, src, format, validate, started):
+    """One format's report; raises for entries that are not pairs and for schema problems."""
+    t = tally
+    n_entries, skipped, bad, ties, dropped, n_out = t.n_entries, t.skipped, t.bad, t.ties, t.dropped, t.n_out
+    rejected_quoting, deltas, longer, identical = t.rejected_quoting, t.deltas, t.longer, t.identical
+    rows_with_calls, roundtrip, leaks, schema = t.rows_with_calls, t.roundtrip, t.leaks, t.schema
+    if bad:
+        raise ValueError(
+            f"export_preference takes chosen/rejected pairs, and {bad} of {n_entries} entries have no "
+            "chosen/rejected side. Build the pairs first: export_preference(build_preference_pairs(rows), ...) "
+            "or scored.select_for_preference().")
+    schema.raise_if_bad()
+
+    report = {"pairs": n_out, "format": format, "tool_call_roundtrip": roundtrip.report()}
+    privileged = leaks.export_report()
+    privileged["rejected_quoting"] = rejected_quoting
+    report["privileged_leaks"] = privileged
+    if ties:
+        report["ties_dropped"] = ties
+    if dropped:
+        report["no_completion_dropped"] = dropped
+    if deltas:
+        report["chosen_longer_frac"] = round(longer / deltas, 3)
+        note = length_note(longer, deltas)
+        if note:
+            report["warnings"] = [note]
+    if identical:
+        report["first_turn_identical"] = identical
+        report.setdefault("warnings", []).append(first_turn_note(identical, n_out))
+    if t.n_margins:
+        report["mean_margin"] = round(t.margin_sum / t.n_margins, 4)
+    if leaks.n_leaked:
+        report.setdefault("warnings", []).append(
+            f"{leaks.n_leaked} of {leaks.n_checked} chosen replies quote their own privileged context and are "
+            "exported anyway (validate=False): DPO would push the model towards saying what only the grader "
+            "was told; report['privileged_leaks']['leaked'] names them.")
+    if rejected_quoting:
+        report.setdefault("warnings", []).append(
+            f"{rejected_quoting} rejected replies quote their own privileged context; they are kept as "
+            "negatives (DPO pushes them down), but a grader that rewards such replies needs a look.")
+    if rows_with_calls and not src.tools:
+        report.setdefault("warnings", []).append(
+            f"{rows_with_calls} of {n_out} rows make tool calls but were exported without tool schemas; "
+            "the trainer cannot show the model the tools it calls. Pass tools=, or keep a <name>.meta.json "
+            "sidecar beside the pairs file.")
+    if rows_with_calls and not src.system:
+        report.setdefault("warnings", []).append(
+            f"{rows_with_calls} of {n_out} rows make tool calls but were exported without a system prompt. "
+            "Pass system_prompt=, or keep a <name>.meta.json sidecar beside the pairs file.")
+    report["system_prompt_source"] = src.system_source
+    report["tools_source"] = src.tools_source
+    report["rows_read"] = n_entries + skipped
+    report["rows_skipped"] = skipped
+    if src.path is not None:
+        report["source_path"] = str(src.path)
+        report["source_sha256"] = src.sha256  # None until SourceDigest fills it in
+    return report
+
+
+def _raise_if_refused(tally, report, validate, started, digest):
+    """The gates, then an empty export: what refuses one format's file (``digest`` fills in the source hash)."""
+    roundtrip, leaks = tally.roundtrip, tally.leaks
+    if validate and roundtrip.invalid:
+        rt = report["tool_call_roundtrip"]
+        digest()
+        raise RoundtripInvalidError(
+            f"tool_call_roundtrip_invalid: {rt['invalid']} of {rt['checked']} tool calls in the pairs do not "
+            "parse back to structured arguments. Fix the rows or pass validate=False.", finish(report, started))
+    if validate and leaks.n_leaked:
+        digest()
+        raise PrivilegedLeakError(
+            f"privileged_leak: {leaks.n_leaked} of {leaks.n_checked} chosen replies quote their own privileged "
+            "context (reference, principle or hidden state); DPO would teach the model to say what only the "
+            "grader was told. Drop those pairs (report['privileged_leaks']['leaked'] names them) or pass "
+            "validate=False.", finish(report, started))
+    if not tally.n_out and validate:
+        digest()
+        raise NoPreferencePairsError(
+            "no_preference_pairs: nothing had a chosen and a rejected side. All-pass or all-fail runs "
+            "produce no contrast; regrade or raise difficulty, or pass validate=False to get the empty "
+            "report without a file.")

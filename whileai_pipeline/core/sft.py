@@ -15,10 +15,9 @@ published when a gate or a schema check fails.
 import contextlib
 import math
 import time
-from pathlib import Path
 
 from .conversation import conversation
-from .errors import ExportError, PrivilegedLeakError, RoundtripInvalidError
+from .errors import PrivilegedLeakError, RoundtripInvalidError
 from .gates import (
     ENCODINGS,
     LeakGate,
@@ -32,7 +31,7 @@ from .gates import (
 from .groups import GroupStats, numeric_reward, row_summary
 from .jsonl import _BLANK, dumps, dumps_reusing, iter_jsonl, iter_jsonl_lines
 from .masks import check_mask_mode
-from .output import Spool, destination, finish, refuse_source, spool_line
+from .output import Spool, check_outputs, destination, finish, refuse_source, spool_line
 from .progress import tick
 from .rows import PASS_THRESHOLD, SchemaCheck, convert_row, training_problems
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
@@ -406,26 +405,8 @@ def export_datasets(source, outputs, *, system_prompt=None, tools=None, strip_th
     ``outputs`` whose gate fails raises that format's error and no file is written. Each file is put
     in place atomically, one after the other.
     """
-    try:
-        outputs = dict(outputs)
-    except (TypeError, ValueError):
-        raise ExportError("export_datasets takes outputs as {format: path}, e.g. {'openai': 'sft.openai.jsonl', "
-                          f"'trl': 'sft.trl.jsonl'}}; got {type(outputs).__name__}") from None
-    if not outputs:
-        raise ExportError("export_datasets needs at least one {format: path} in outputs")
-    for fmt, output in outputs.items():
-        check_format(fmt)
-        if not output:
-            raise ExportError(f"export_datasets: no output path for format {fmt!r}; give every format its own path")
-    paths = {}
-    for fmt, output in outputs.items():
-        where = Path(output).expanduser().resolve()
-        if where in paths:
-            raise ExportError(f"export_datasets: formats {paths[where]!r} and {fmt!r} would both write {output}; "
-                              "give every format its own path")
-        paths[where] = fmt
-    return _export(source, outputs, system_prompt, tools, strip_think, validate, mask_mode, unroll,
-                   max_tool_output_chars, workers, progress)
+    return _export(source, check_outputs(outputs, "export_datasets"), system_prompt, tools, strip_think, validate,
+                   mask_mode, unroll, max_tool_output_chars, workers, progress)
 
 
 def _plans(formats, system, tools, strip_think, mask_mode, unroll, cap):

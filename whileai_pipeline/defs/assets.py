@@ -480,8 +480,8 @@ def sft_export(
     group_name=GROUP,
     deps=[preference_pairs],
     kinds={"python", "jsonl"},
-    description="DPO preference files (export_preference) in each configured format, published to "
-    "`published/<run>/dpo.<format>.jsonl` only when the round-trip and leak gates pass.",
+    description="DPO preference files in each configured format (export_preferences: one read for all), "
+    "published to `published/<run>/dpo.<format>.jsonl` only when the round-trip and leak gates pass.",
 )
 @_one_process_per_run
 def dpo_export(
@@ -492,22 +492,20 @@ def dpo_export(
     _require_stage(pairs_path, "preference_pairs")
     formats = list(config.formats)
     cand_dir = storage.candidate_dir(key, context.run.run_id)
-    candidates, reports = {}, {}
+    candidates = {fmt: cand_dir / f"dpo.{fmt}.jsonl" for fmt in formats}
     try:
-        for fmt in formats:
-            candidates[fmt] = cand_dir / f"dpo.{fmt}.jsonl"
-            # A path source: the pairs stream from the stage file, the system prompt and tools come
-            # from its sidecar (pairs.meta.json), and the report names the file and its SHA-256.
-            reports[fmt] = wai.export_preference(
-                str(pairs_path),
-                str(candidates[fmt]),
-                strip_think=config.strip_think,
-                validate=False,
-                drop_ties=config.drop_ties,
-                format=fmt,
-                progress=(progress := _progress(context, f"dpo export ({fmt})")),
-            )
-            progress.close()
+        # Every format from one read. A path source: the pairs stream from the stage file, the system
+        # prompt and tools come from its sidecar (pairs.meta.json), and the report names the file and
+        # its SHA-256.
+        reports = wai.export_preferences(
+            str(pairs_path),
+            {fmt: str(path) for fmt, path in candidates.items()},
+            strip_think=config.strip_think,
+            validate=False,
+            drop_ties=config.drop_ties,
+            progress=(progress := _progress(context, f"dpo export ({', '.join(formats)})")),
+        )
+        progress.close()
     except (ExportError, ValueError) as exc:
         discard(cand_dir)
         raise _library_failure(exc, "export_preference") from None
