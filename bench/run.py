@@ -15,10 +15,13 @@ Cases: ``floor`` (orjson-parse every line, orjson-dump it back, nothing else); `
 ``ours_sft_trl``, ``ours_sft_unroll`` (``wai.export_dataset(path, out)``); ``ours_sft_openai_serial``
 (the same with ``WHILEAI_PIPELINE_WORKERS=1``; its output must be byte-identical to the pooled one);
 ``ours_pref_openai``, ``ours_pref_trl`` (pairs built from the run, then ``wai.export_preference``);
-``pipeline`` and ``pipeline_sample`` (the whole Dagster chain in process, on the run and on the
+``ours_sft_both``, ``ours_pref_both`` (openai and trl from one read: ``export_datasets`` and
+``export_preferences``, as the pipeline's stages call them; not in the default set); ``pipeline`` and ``pipeline_sample`` (the whole Dagster chain in process, on the run and on the
 bundled sample run); ``ref_sft_openai`` and ``ref_pref_openai`` / ``ref_pref_trl`` (the reference,
 with the sidecar's system prompt and tools passed explicitly, since it does not read sidecars).
-Results: a markdown table on stdout and ``bench/out/results-<timestamp>.json``.
+Before each case the page cache is emptied (where permitted) and the input read back in
+(``settle_page_cache``; ``--keep-page-cache`` to skip). Results: a markdown table on stdout and
+``bench/out/results-<timestamp>.json``.
 """
 
 import argparse
@@ -50,7 +53,9 @@ REF_PREF = {"ref_pref_openai": "openai", "ref_pref_trl": "trl"}
 DEFAULT_CASES = ("floor", "ours_sft_openai", "ours_sft_openai_serial", "ours_sft_trl", "ours_sft_unroll",
                  "ours_pref_openai", "ours_pref_trl", "pipeline", "pipeline_sample",
                  "ref_sft_openai", "ref_pref_openai", "ref_pref_trl")
-ALL_CASES = ("floor", *OURS_SFT, *OURS_PREF, "pipeline", "pipeline_sample", *REF_SFT, *REF_PREF)
+# Both formats from one read (export_datasets / export_preferences), as the pipeline's stages export them.
+OURS_BOTH = ("ours_sft_both", "ours_pref_both")
+ALL_CASES = ("floor", *OURS_SFT, *OURS_PREF, *OURS_BOTH, "pipeline", "pipeline_sample", *REF_SFT, *REF_PREF)
 # Which reference case an "ours" case is compared with (the first one that was run).
 REF_OF = {"ours_sft_openai": ("ref_sft_openai",), "ours_sft_openai_serial": ("ref_sft_openai",),
           "ours_sft_trl": ("ref_sft_trl", "ref_sft_openai"), "ours_sft_unroll": ("ref_sft_unroll", "ref_sft_openai"),
@@ -155,6 +160,28 @@ def _case_ours_pref(name, inp, out, opts):
     return result
 
 
+def _case_ours_both(name, inp, out, opts):
+    """openai into ``out``, trl beside it, from one read: the sft or the preference export."""
+    import whileai_pipeline.simulations as wai
+    from whileai_pipeline.core.pairs import build_pairs_file
+
+    outputs = {"openai": str(out), "trl": str(out) + ".trl.jsonl"}
+    validate = opts.get("validate", True)
+    t0 = time.perf_counter()
+    if name == "ours_sft_both":
+        reports = wai.export_datasets(inp, outputs, validate=validate)
+    else:
+        system, tools = _meta(inp)
+        pairs_path = str(out) + ".pairs.jsonl"
+        build_pairs_file(inp, pairs_path)
+        reports = wai.export_preferences(pairs_path, outputs, system_prompt=system, tools=tools, validate=validate)
+    seconds = time.perf_counter() - t0
+    first = reports["openai"]
+    return {"seconds": seconds, "rows": first.get("rows_read") if name == "ours_sft_both" else _count_lines(inp),
+            "out_rows": first.get("n_written"), "sha256": first.get("sha256"),
+            "sha256_trl": reports["trl"].get("sha256")}
+
+
 def _case_ref_sft(name, inp, out, opts):
     import whileai.simulations as ref
     system, tools = _meta(inp)
@@ -217,6 +244,8 @@ def child_main(case, inp, out, result_path, opts):
         result = _case_ours_sft(case, inp, out, opts)
     elif case in OURS_PREF:
         result = _case_ours_pref(case, inp, out, opts)
+    elif case in OURS_BOTH:
+        result = _case_ours_both(case, inp, out, opts)
     elif case in REF_SFT:
         result = _case_ref_sft(case, inp, out, opts)
     elif case in REF_PREF:
@@ -264,6 +293,7 @@ def run_case(case, inp, work, opts, env_extra=None, timeout=3600):
         cmd.append("--no-validate")
     env = dict(os.environ)
     env.update(env_extra or {})
+    page_cache = settle_page_cache(inp) if opts.get("settle_page_cache", True) else "as found"
     load_before = os.getloadavg()
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     log_path = work / f"{case}.log"
@@ -284,7 +314,7 @@ def run_case(case, inp, work, opts, env_extra=None, timeout=3600):
     result = {"case": case, "wall_seconds": wall, "exit_code": proc.returncode,
               "rss_wait4_mb": usage.ru_maxrss / 1024, "rss_tree_sampled_mb": peak_tree / MB,
               "loadavg_before": load_before[0], "loadavg_after": os.getloadavg()[0],
-              "env": env_extra or {}, "git_head": head}
+              "env": env_extra or {}, "git_head": head, "page_cache": page_cache}
     if proc.returncode == 0 and result_path.is_file():
         result.update(json.loads(result_path.read_text()))
     else:
@@ -293,10 +323,32 @@ def run_case(case, inp, work, opts, env_extra=None, timeout=3600):
         result["log_tail"] = tail
     result.setdefault("input_bytes", Path(inp).stat().st_size)
     if not opts.get("keep_outputs"):
-        for path in (out, Path(str(out) + ".pairs.jsonl")):
+        for path in (out, Path(str(out) + ".pairs.jsonl"), Path(str(out) + ".trl.jsonl")):
             if path.exists():
                 path.unlink()
     return result
+
+
+def settle_page_cache(inp):
+    """Give every case the same start: dirty pages written back, the page cache emptied (where this user
+    may: root on Linux) and the input read back into it.
+
+    Measured here: with the page cache full of earlier cases' files, every new page a case writes is
+    first taken back from the cache, in the writer's own system time. One pooled export in two formats
+    took 9.4 s (5.3 s of worker system time) with a full cache and 7.2 s (0.7 s) with an empty one.
+    Without this, a case's time depended on what ran before it. Returns what was done, for the results.
+    """
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as fh:
+            fh.write("1\n")
+        state = "emptied, input re-read"
+    except OSError:
+        state = "as found (this user cannot empty it), input re-read"
+    with open(inp, "rb", buffering=0) as fh:
+        while fh.read(1 << 24):
+            pass
+    return state
 
 
 def run_best(case, inp, work, opts, env_extra=None, repeat=1):
@@ -540,6 +592,8 @@ def main(argv=None):
     parser.add_argument("--keep-outputs", action="store_true")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run each floor/ours case this many times and keep the fastest (noisy machine)")
+    parser.add_argument("--keep-page-cache", action="store_true",
+                        help="do not empty the page cache before each case (see settle_page_cache)")
     parser.add_argument("--profile", metavar="CASE", help="cProfile one ours_* case in process and exit")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--report", metavar="RESULTS_JSON", help="re-print the tables of a results file and exit")
@@ -549,7 +603,8 @@ def main(argv=None):
     parser.add_argument("--output", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    opts = {"validate": not args.no_validate, "keep_outputs": args.keep_outputs, "repeat": args.repeat}
+    opts = {"validate": not args.no_validate, "keep_outputs": args.keep_outputs, "repeat": args.repeat,
+            "settle_page_cache": not args.keep_page_cache}
 
     if args.child:
         child_main(args.child, args.input, args.output, args.result, opts)
