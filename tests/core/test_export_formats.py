@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import row_strategies
 import whileai_pipeline.simulations as wai
 from whileai_pipeline.core import parallel
 from whileai_pipeline.core.jsonl import dumps
@@ -58,25 +59,25 @@ def _run(path, n=200, seed=5, leak=False, bad_arguments=True):
     return path
 
 
-def _separate(source, tmp_path, formats, **opts):
-    """Each format exported on its own: {format: (bytes, report)}."""
+def _alone(export, source, tmp_path, formats, **opts):
+    """Each format exported on its own: {format: (bytes or None for no file, report)}."""
     out = {}
     for fmt in formats:
         path = tmp_path / f"alone.{fmt}.jsonl"
-        rows = source() if callable(source) else source
-        report = wai.export_dataset(rows, path, format=fmt, **opts)
-        out[fmt] = (path.read_bytes(), report)
-        path.unlink()
+        report = export(source() if callable(source) else source, path, format=fmt, **opts)
+        out[fmt] = (path.read_bytes() if path.exists() else None, report)
+        path.unlink(missing_ok=True)
     return out
 
 
-def _together(source, tmp_path, formats, **opts):
+def _at_once(export_many, source, tmp_path, formats, **opts):
+    """All formats from one call: the same shape as ``_alone``."""
     outputs = {fmt: tmp_path / f"together.{fmt}.jsonl" for fmt in formats}
-    reports = wai.export_datasets(source() if callable(source) else source, outputs, **opts)
+    reports = export_many(source() if callable(source) else source, outputs, **opts)
     assert list(reports) == list(formats)  # in the order asked
-    out = {fmt: (outputs[fmt].read_bytes(), reports[fmt]) for fmt in formats}
+    out = {fmt: (outputs[fmt].read_bytes() if outputs[fmt].exists() else None, reports[fmt]) for fmt in formats}
     for path in outputs.values():
-        path.unlink()
+        path.unlink(missing_ok=True)
     return out
 
 
@@ -87,7 +88,8 @@ def _same(together, separate):
         strip = ("path", "elapsed_seconds")
         assert {k: v for k, v in got_report.items() if k not in strip} == \
                {k: v for k, v in report.items() if k not in strip}, fmt
-        assert got_report["sha256"] == hashlib.sha256(got).hexdigest()
+        if data is not None:
+            assert got_report["sha256"] == hashlib.sha256(got).hexdigest()
 
 
 @pytest.mark.parametrize("formats", [("openai", "trl"), ("trl", "openai"), ("trl",), ("openai",)])
@@ -101,9 +103,9 @@ def test_every_format_gets_the_bytes_and_report_of_its_own_export(tmp_path, monk
     rows = [orjson.loads(line) for line in src.read_bytes().splitlines()]
     source = {"pooled": src, "one process": src, "list": rows, "generator": lambda: (r for r in rows)}[kind]
     opts = dict(opts, validate=False, workers={"pooled": 2, "one process": 1}.get(kind))
-    separate = _separate(source, tmp_path, formats, **opts)
+    separate = _alone(wai.export_dataset, source, tmp_path, formats, **opts)
     assert separate[formats[0]][1]["n"] > 100
-    together = _together(source, tmp_path, formats, **opts)
+    together = _at_once(wai.export_datasets, source, tmp_path, formats, **opts)
     _same(together, separate)
     if kind in ("pooled", "one process"):
         for fmt in formats:
@@ -111,20 +113,7 @@ def test_every_format_gets_the_bytes_and_report_of_its_own_export(tmp_path, monk
     assert sorted(os.listdir(tmp_path)) == ["run.jsonl"]  # no spool, part or temp file left
 
 
-words = st.text(alphabet="abcdé xyz<>/think", min_size=0, max_size=20)
-arguments = st.one_of(st.none(), st.just({"id": 7}), st.just('{"a": 1}'), st.just("{a: 1}"), st.just('"x"'))
-steps = st.lists(st.one_of(
-    st.builds(lambda t: {"text": t}, words),
-    st.builds(lambda u: {"user": u}, words),
-    st.builds(lambda n, a, r: {"tool": n, "arguments": a, "result": r},
-              st.sampled_from(["lookup", "refund"]), arguments, st.one_of(words, st.just({"ok": True}))),
-), max_size=5)
-rows = st.lists(st.one_of(st.fixed_dictionaries(
-    {"prompt": st.sampled_from(["p1", "p2", "p3", ""]), "steps": steps, "final_text": words},
-    optional={"reward": st.sampled_from([0, 1, 0.5, None, True, "0.7"]),
-              "scenario_id": st.sampled_from(["s1", "s2"]),
-              "opener": words},
-), st.just([1])), max_size=10)
+rows = st.lists(st.one_of(row_strategies.row, st.just([1])), max_size=10)  # [1]: JSON, not an object
 
 
 @SETTINGS
@@ -136,14 +125,14 @@ def test_property_together_equals_alone(tmp_path, source, mask_mode, unroll, ord
     src.write_bytes(b"".join(dumps(r) + b"\n" for r in source))
     opts = dict(mask_mode=mask_mode, unroll=unroll, validate=False, system_prompt="SYS", workers=1)
     try:
-        separate = _separate(src, tmp_path, order, **opts)
+        separate = _alone(wai.export_dataset, src, tmp_path, order, **opts)
     except wai.SchemaInvalidError as exc:
         with pytest.raises(wai.SchemaInvalidError) as together:
-            _together(src, tmp_path, order, **opts)
+            _at_once(wai.export_datasets, src, tmp_path, order, **opts)
         assert str(together.value) == str(exc)
         assert sorted(os.listdir(tmp_path)) == ["src.jsonl"]
         return
-    _same(_together(src, tmp_path, order, **opts), separate)
+    _same(_at_once(wai.export_datasets, src, tmp_path, order, **opts), separate)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -155,19 +144,29 @@ def test_a_failed_gate_writes_no_format(tmp_path, monkeypatch, workers, gate):
     else:
         src, error = _run(tmp_path / "run.jsonl", leak=True, bad_arguments=False), wai.PrivilegedLeakError
     monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
-    outputs = {"trl": tmp_path / "sft.trl.jsonl", "openai": tmp_path / "sft.openai.jsonl"}
+    refused = _refused_alike(wai.export_datasets, wai.export_dataset, src, tmp_path / "sft", error, workers)
+    assert refused.report["source_sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
+
+
+def _refused_alike(export_many, export_one, source, prefix, error, workers, same_report=True):
+    """Both formats at once (TRL first) raise what TRL's own export raises, and write nothing: the
+    openai file already there is left as it was. Returns the error."""
+    outputs = {"trl": prefix.with_name(f"{prefix.name}.trl.jsonl"),
+               "openai": prefix.with_name(f"{prefix.name}.openai.jsonl")}
     outputs["openai"].write_bytes(b"previous\n")
+    before = sorted(os.listdir(prefix.parent))
     with pytest.raises(error) as together:
-        wai.export_datasets(src, outputs, workers=workers)
+        export_many(source, outputs, workers=workers)
     with pytest.raises(error) as alone:
-        wai.export_dataset(src, tmp_path / "alone.jsonl", format="trl", workers=workers)
+        export_one(source, prefix.with_name("alone.jsonl"), format="trl", workers=workers)
     assert str(together.value) == str(alone.value)
-    strip = ("elapsed_seconds",)
-    assert {k: v for k, v in together.value.report.items() if k not in strip} == \
-           {k: v for k, v in alone.value.report.items() if k not in strip}  # the first format's report
-    assert together.value.report["source_sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
-    assert sorted(os.listdir(tmp_path)) == ["run.jsonl", "sft.openai.jsonl"]
+    if same_report:
+        strip = ("elapsed_seconds",)
+        assert {k: v for k, v in together.value.report.items() if k not in strip} == \
+               {k: v for k, v in alone.value.report.items() if k not in strip}  # the first format's report
+    assert sorted(os.listdir(prefix.parent)) == before
     assert outputs["openai"].read_bytes() == b"previous\n"
+    return together.value
 
 
 def test_outputs_must_name_known_formats_and_distinct_paths(tmp_path):
@@ -213,39 +212,6 @@ def _pairs(tmp_path, leak=False, bad_arguments=False):
     return path
 
 
-def _separate_pairs(source, tmp_path, formats, **opts):
-    out = {}
-    for fmt in formats:
-        path = tmp_path / f"alone.{fmt}.jsonl"
-        report = wai.export_preference(source() if callable(source) else source, path, format=fmt, **opts)
-        out[fmt] = (path.read_bytes() if path.exists() else None, report)
-        if path.exists():
-            path.unlink()
-    return out
-
-
-def _together_pairs(source, tmp_path, formats, **opts):
-    outputs = {fmt: tmp_path / f"together.{fmt}.jsonl" for fmt in formats}
-    reports = wai.export_preferences(source() if callable(source) else source, outputs, **opts)
-    assert list(reports) == list(formats)
-    out = {fmt: (outputs[fmt].read_bytes() if outputs[fmt].exists() else None, reports[fmt]) for fmt in formats}
-    for path in outputs.values():
-        if path.exists():
-            path.unlink()
-    return out
-
-
-def _same_pairs(together, separate):
-    for fmt, (data, report) in separate.items():
-        got, got_report = together[fmt]
-        assert got == data, fmt
-        strip = ("path", "elapsed_seconds")
-        assert {k: v for k, v in got_report.items() if k not in strip} == \
-               {k: v for k, v in report.items() if k not in strip}, fmt
-        if data is not None:
-            assert got_report["sha256"] == hashlib.sha256(got).hexdigest()
-
-
 @pytest.mark.parametrize("formats", [("openai", "trl"), ("trl", "openai"), ("trl",)])
 @pytest.mark.parametrize("kind", ["pooled", "one process", "list", "generator"])
 @pytest.mark.parametrize("drop_ties", [True, False])
@@ -256,11 +222,11 @@ def test_every_format_gets_the_pairs_and_report_of_its_own_export(tmp_path, monk
     source = {"pooled": path, "one process": path, "list": items, "generator": lambda: (p for p in items)}[kind]
     opts = dict(validate=False, drop_ties=drop_ties, system_prompt="SYS",
                 workers={"pooled": 2, "one process": 1}.get(kind))
-    separate = _separate_pairs(source, tmp_path, formats, **opts)
+    separate = _alone(wai.export_preference, source, tmp_path, formats, **opts)
     if "trl" in formats:
         assert separate["trl"][1]["no_completion_dropped"] >= 1
-    together = _together_pairs(source, tmp_path, formats, **opts)
-    _same_pairs(together, separate)
+    together = _at_once(wai.export_preferences, source, tmp_path, formats, **opts)
+    _same(together, separate)
     if kind in ("pooled", "one process"):
         assert together[formats[0]][1]["source_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert sorted(os.listdir(tmp_path)) == ["pairs.jsonl"]
@@ -279,19 +245,8 @@ def test_a_refused_preference_export_writes_no_format(tmp_path, monkeypatch, wor
     else:
         path = _pairs(tmp_path, leak=gate == "leak", bad_arguments=gate == "roundtrip")
         error = {"roundtrip": wai.RoundtripInvalidError, "leak": wai.PrivilegedLeakError}[gate]
-    outputs = {"trl": tmp_path / "dpo.trl.jsonl", "openai": tmp_path / "dpo.openai.jsonl"}
-    outputs["openai"].write_bytes(b"previous\n")
-    with pytest.raises(error) as together:
-        wai.export_preferences(path, outputs, workers=workers)
-    with pytest.raises(error) as alone:
-        wai.export_preference(path, tmp_path / "alone.jsonl", format="trl", workers=workers)
-    assert str(together.value) == str(alone.value)
-    if gate != "no pairs":
-        strip = ("elapsed_seconds",)
-        assert {k: v for k, v in together.value.report.items() if k not in strip} == \
-               {k: v for k, v in alone.value.report.items() if k not in strip}
-    assert sorted(os.listdir(tmp_path)) == ["dpo.openai.jsonl", "pairs.jsonl"]
-    assert outputs["openai"].read_bytes() == b"previous\n"
+    _refused_alike(wai.export_preferences, wai.export_preference, path, tmp_path / "dpo", error, workers,
+                   same_report=gate != "no pairs")
 
 
 def test_preference_outputs_are_checked_like_sft_outputs(tmp_path):

@@ -8,27 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import whileai_pipeline.simulations as wai
+from row_strategies import rows
 from whileai_pipeline.core.jsonl import dumps
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-
-words = st.text(alphabet="abcdé xyz<>/think", min_size=0, max_size=20)
-arguments = st.one_of(st.none(), st.just({"id": 7}), st.just('{"a": 1}'), st.just("{a: 1}"), st.just('"x"'))
-steps = st.lists(st.one_of(
-    st.builds(lambda t: {"text": t}, words),
-    st.builds(lambda u: {"user": u}, words),
-    st.builds(lambda n, a, r: {"tool": n, "arguments": a, "result": r},
-              st.sampled_from(["lookup", "refund"]), arguments, st.one_of(words, st.just({"ok": True}))),
-), max_size=5)
-rows = st.lists(st.fixed_dictionaries(
-    {"prompt": st.sampled_from(["p1", "p2", "p3", ""]), "steps": steps, "final_text": words},
-    optional={"reward": st.sampled_from([0, 1, 0.5, None, True, float("nan"), "0.7"]),
-              "scenario_id": st.sampled_from(["s1", "s2"]),
-              "lineage": st.just({"source": "grade", "privileged": {"reference": "secret"}}),
-              "opener": words},
-), max_size=8)
-
 
 def _expected_lines(source_rows, fmt, mask_mode, unroll):
     rows = wai.training_rows(source_rows, mask_mode=mask_mode, unroll=unroll, system_prompt="SYS")

@@ -136,33 +136,37 @@ def chain(storage, instance, tmp_path):
     return Chain(storage, instance, tmp_path)
 
 
-@pytest.fixture
-def writer_appends_during_copies(monkeypatch):
-    """Every copy of a run (``shutil.copyfileobj`` of a ``.jsonl`` file) finds one more row appended to
-    it as it ends, as when ``simulate`` is still writing the run."""
+def _change_each_copied(monkeypatch, suffix, change):
+    """Every file copy (``shutil.copyfileobj``) of a file whose name ends with ``suffix`` calls
+    ``change(path)`` on its source as the copy ends."""
     copy = shutil.copyfileobj
 
-    def copy_while_a_writer_appends(fin, fout, length=0):
+    def copy_then_change(fin, fout, length=0):
         copy(fin, fout, length)
-        if fin.name.endswith(".jsonl"):
-            with open(fin.name, "ab") as fh:
-                fh.write(b'{"prompt": "one more", "final_text": "ok", "reward": 1}\n')
+        if fin.name.endswith(suffix):
+            change(fin.name)
 
-    monkeypatch.setattr(shutil, "copyfileobj", copy_while_a_writer_appends)
+    monkeypatch.setattr(shutil, "copyfileobj", copy_then_change)
+
+
+@pytest.fixture
+def writer_appends_during_copies(monkeypatch):
+    """Every copy of a run finds one more row appended to it as it ends, as when ``simulate`` is still
+    writing the run."""
+    def append_a_row(path):
+        with open(path, "ab") as fh:
+            fh.write(b'{"prompt": "one more", "final_text": "ok", "reward": 1}\n')
+
+    _change_each_copied(monkeypatch, ".jsonl", append_a_row)
 
 
 @pytest.fixture
 def sidecar_rewritten_during_copies(monkeypatch):
-    """Every copy of a sidecar (``.meta.json``) finds it rewritten with another system prompt as it ends."""
-    copy = shutil.copyfileobj
+    """Every copy of a sidecar finds it rewritten with another system prompt as it ends."""
+    def rewrite(path):
+        Path(path).write_bytes(b'{"system_prompt": "a newer prompt, written while the stage copied the old one"}')
 
-    def copy_while_the_sidecar_changes(fin, fout, length=0):
-        copy(fin, fout, length)
-        if fin.name.endswith(".meta.json"):
-            with open(fin.name, "wb") as fh:
-                fh.write(b'{"system_prompt": "a newer prompt, written while the stage copied the old one"}')
-
-    monkeypatch.setattr(shutil, "copyfileobj", copy_while_the_sidecar_changes)
+    _change_each_copied(monkeypatch, ".meta.json", rewrite)
 
 
 def materialization(result, asset):

@@ -192,43 +192,29 @@ def test_settle_seconds_come_from_the_environment(storage, instance, monkeypatch
             _evaluate(inbox_sensor, instance, storage)
 
 
-def test_a_sidecar_that_changes_while_it_is_staged_fails_and_keeps_the_previous_stage(chain, request):
-    """The sidecar is staged with the rows or not at all: a stage never pairs the new rows with the old
-    system prompt (or the other way round), and the failure names the sidecar."""
+@pytest.mark.parametrize("changed", ["run", "sidecar"])
+def test_a_run_that_changes_while_it_is_staged_fails_and_keeps_the_previous_stage(chain, request, changed):
+    """Copied while a writer still changes it, the run is not staged: the stage would be a prefix of the
+    run, exported as if it were the whole. The sidecar is staged with the rows or not at all: a stage
+    never pairs new rows with the old system prompt, or the other way round."""
     key = chain.register()
     assert chain.materialize(key, selection=["raw_simulation_data"]).success
     stage = chain.storage.stage_path(key, "raw")
     stage_meta = stage.with_name("raw.meta.json")
     staged, staged_meta = stage.read_bytes(), stage_meta.read_bytes()
-    run_meta = chain.storage.run_path(key).with_name(f"{key}.meta.json")
-    assert run_meta.is_file()
-    chain.storage.run_path(key).write_bytes(chain.storage.run_path(key).read_bytes() * 2)  # new rows
-    request.getfixturevalue("sidecar_rewritten_during_copies")  # from here on
+    run_file = chain.storage.run_path(key)
+    changing = run_file if changed == "run" else run_file.with_name(f"{key}.meta.json")
+    assert changing.is_file()
+    if changed == "sidecar":
+        run_file.write_bytes(run_file.read_bytes() * 2)  # new rows, which must not be staged alone
+    request.getfixturevalue("writer_appends_during_copies" if changed == "run"
+                            else "sidecar_rewritten_during_copies")  # from here on
     result = chain.materialize(key, selection=["raw_simulation_data"])
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     message = failure.event_specific_data.error.message
-    assert (f"source_changed: {run_meta} changed while it was being copied into the stage (is it still being "
+    assert (f"source_changed: {changing} changed while it was being copied into the stage (is it still being "
             "written?); nothing was staged") in message, message
     assert stage.read_bytes() == staged
     assert stage_meta.read_bytes() == staged_meta
-    assert sorted(p.name for p in stage.parent.iterdir() if p.name.startswith(".")) == []
-
-
-def test_a_run_that_changes_while_it_is_staged_fails_and_keeps_the_previous_stage(chain, request):
-    """Copied while a writer still appends to it, the run is not staged: the stage would be a prefix of
-    the run, exported as if it were the whole."""
-    key = chain.register()
-    assert chain.materialize(key, selection=["raw_simulation_data"]).success
-    stage = chain.storage.stage_path(key, "raw")
-    staged = stage.read_bytes()
-    run_file = chain.storage.run_path(key)
-    request.getfixturevalue("writer_appends_during_copies")  # from here on
-    result = chain.materialize(key, selection=["raw_simulation_data"])
-    assert not result.success
-    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
-    message = failure.event_specific_data.error.message
-    assert (f"source_changed: {run_file} changed while it was being copied into the stage (is it still being "
-            "written?); nothing was staged") in message, message
-    assert stage.read_bytes() == staged
     assert sorted(p.name for p in stage.parent.iterdir() if p.name.startswith(".")) == []

@@ -1,7 +1,6 @@
 """``export_preference``: chosen/rejected pairs as DPO rows, behind both gates (spec 7, DECISIONS 12)."""
 
 import enum
-import functools
 import time
 from pathlib import Path
 
@@ -257,14 +256,10 @@ def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ti
         if progress is not None:
             progress(tallies[0].n_entries + tallies[0].skipped)
         reports = {}
-        source_digest = None
+        source_digest = SourceDigest(src, stamp, reports.values())  # fills in the reports made below
         for plan, tally in zip(plans, tallies):
-            report = _checked_report(tally, src, plan.format, validate, started)
-            reports[plan.format] = report
-            if source_digest is None:
-                source_digest = SourceDigest(src, stamp, report)
-            digest = functools.partial(_digest, source_digest, src, reports)
-            _raise_if_refused(tally, report, validate, started, digest)
+            report = reports[plan.format] = _checked_report(tally, src, plan.format, validate, started)
+            _raise_if_refused(tally, report, validate, started, source_digest)
         for plan, tally, spool in zip(plans, tallies, spools):
             report = reports[plan.format]
             if not tally.n_out:
@@ -273,19 +268,11 @@ def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ti
                 report["sha256"] = spool.publish(alongside=source_digest)
                 report["path"] = str(spool.dest)
                 report["n_written"] = tally.n_out
-        _digest(source_digest, src, reports)
+        source_digest()
         return {fmt: finish(report, started) for fmt, report in reports.items()}
     finally:
         for spool in spools:
             spool.discard()
-
-
-def _digest(source_digest, src, reports):
-    """The source's SHA-256, hashed once, into every report."""
-    source_digest()
-    for report in reports.values():
-        if "source_sha256" in report:
-            report["source_sha256"] = src.sha256
 
 
 def _checked_report(tally, src, format, validate, started):
@@ -348,7 +335,8 @@ def _checked_report(tally, src, format, validate, started):
 
 
 def _raise_if_refused(tally, report, validate, started, digest):
-    """The gates, then an empty export: what refuses one format's file (``digest`` fills in the source hash)."""
+    """The gates, then an empty export: what refuses one format's file (``digest()`` completes the
+    report's source hash first)."""
     roundtrip, leaks = tally.roundtrip, tally.leaks
     if validate and roundtrip.invalid:
         rt = report["tool_call_roundtrip"]

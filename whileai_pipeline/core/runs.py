@@ -238,15 +238,17 @@ def change_explains_failure(path, stamp):
 
 
 class SourceDigest:
-    """Completes ``report["source_sha256"]`` after a pass that left the source unhashed (DECISIONS 15).
+    """Completes ``report["source_sha256"]`` after a pass that left the source unhashed (DECISIONS 15),
+    in every report of ``reports`` (one per format of an export; a dict's live ``values()`` may gain
+    reports after this is made).
 
-    Called once the report exists: before a gate error, or alongside the output's flush. The file is
+    Called once the reports exist: before a gate error, or alongside the output's flush. The file is
     hashed whole and must still be the file the pass read (same size and mtime), or nothing is
     published. Calling it again does nothing.
     """
 
-    def __init__(self, src, stamp, report):
-        self.src, self.stamp, self.report = src, stamp, report
+    def __init__(self, src, stamp, reports):
+        self.src, self.stamp, self.reports = src, stamp, reports  # a collection, read when the hash is done
         self._thread = None
 
     def start(self):
@@ -276,4 +278,5 @@ class SourceDigest:
     def _hash(self):
         self.src.hashed.hash_whole()
         check_unchanged(self.src.path, self.stamp)
-        self.report["source_sha256"] = self.src.sha256
+        for report in self.reports:
+            report["source_sha256"] = self.src.sha256

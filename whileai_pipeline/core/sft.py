@@ -459,28 +459,20 @@ def _export(source, outputs, system_prompt, tools, strip_think, validate, mask_m
         by_format = {plan.format: (plan, spool, tally) for plan, spool, tally in zip(plans, spools, tallies)}
         reports = {fmt: _sft_report(by_format[fmt][2], src, by_format[fmt][0], max_tool_output_chars)
                    for fmt in outputs}
-        source_digest = SourceDigest(src, stamp, next(iter(reports.values())))
+        source_digest = SourceDigest(src, stamp, reports.values())
         stack.callback(source_digest.close)
-
-        def digest():
-            """The source's SHA-256, hashed once, into every report."""
-            source_digest()
-            for report in reports.values():
-                if "source_sha256" in report:
-                    report["source_sha256"] = src.sha256
-
         for fmt, report in reports.items():
             tally = by_format[fmt][2]
             roundtrip, leaks = tally.roundtrip, tally.leaks
             if validate and roundtrip.invalid:
                 rt = report["tool_call_roundtrip"]
-                digest()
+                source_digest()
                 raise RoundtripInvalidError(
                     f"tool_call_roundtrip_invalid: {rt['invalid']} of {rt['checked']} tool calls do not parse back "
                     f"to structured arguments (rows {rt['rows']}); training on them teaches string-wrapped "
                     "arguments. Fix the rows or pass validate=False.", finish(report, started))
             if validate and leaks.n_leaked:
-                digest()
+                source_digest()
                 raise PrivilegedLeakError(_leak_message(leaks), finish(report, started))
 
         for fmt, report in reports.items():
@@ -494,7 +486,7 @@ def _export(source, outputs, system_prompt, tools, strip_think, validate, mask_m
                 report["n_written"] = tally.n_out
                 report["sha256"] = spool.publish(None if spool.final_lines else tally.suffixes(),
                                                  alongside=source_digest)
-        digest()
+        source_digest()
         return {fmt: finish(report, started) for fmt, report in reports.items()}
     finally:
         stack.close()
