@@ -15,7 +15,7 @@ import pytest
 import whileai_pipeline.simulations as wai
 from whileai_pipeline.core import parallel
 
-from .test_source_rewritten import PREVIOUS, _export, _source
+from .test_source_rewritten import KINDS, PREVIOUS, _export, _source
 
 LIMIT = 200_000  # bytes: every output and the worker parts of one big chunk exceed it; the parts of small chunks do not
 
@@ -31,7 +31,7 @@ def file_size_limit(nbytes):
 
 
 @pytest.mark.parametrize("where", ["one process", "worker parts", "parent joining parts"])
-@pytest.mark.parametrize("kind", ["grouped", "unrolled", "preference", "pairs"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_full_disk_is_write_failed_and_publishes_nothing(tmp_path, monkeypatch, kind, where):
     src = _source(tmp_path, kind)
     if where == "parent joining parts":
@@ -49,7 +49,7 @@ def test_a_full_disk_is_write_failed_and_publishes_nothing(tmp_path, monkeypatch
 
 def test_the_limit_is_what_fails_the_exports(tmp_path):
     """Without the limit the same exports succeed, and their files are bigger than it."""
-    for kind in ("grouped", "unrolled", "preference", "pairs"):
+    for kind in KINDS:
         (tmp_path / kind).mkdir()
         src = _source(tmp_path / kind, kind)
         _export(kind, src, tmp_path / kind / "out.jsonl", 2, None)

@@ -34,7 +34,7 @@ def _run(path, n=1500):
 
 def _source(tmp_path, kind):
     src = _run(tmp_path / "run.jsonl")
-    if kind == "preference":  # its source is a pairs file
+    if kind.startswith("preference"):  # its source is a pairs file
         build_pairs_file(src, tmp_path / "pairs.jsonl", max_pairs_per_prompt=3, min_margin=0.25, workers=1)
         src.unlink()
         src = tmp_path / "pairs.jsonl"
@@ -47,6 +47,12 @@ def _export(kind, src, out, workers, on_progress):
         return build_pairs_file(src, out, min_margin=0.25, **opts)
     if kind == "preference":
         return wai.export_preference(src, out, validate=False, **opts)
+    # both formats at once: openai into out (named in the errors), trl beside it
+    both = {"openai": out, "trl": out.with_name("out.trl.jsonl")}
+    if kind == "preference, both formats":
+        return wai.export_preferences(src, both, validate=False, **opts)
+    if kind == "grouped, both formats":
+        return wai.export_datasets(src, both, validate=False, **opts)
     return wai.export_dataset(src, out, unroll=kind == "unrolled", validate=False, **opts)
 
 
@@ -57,7 +63,7 @@ def _once_at(rows, action):
     return on_progress
 
 
-KINDS = ["grouped", "unrolled", "preference", "pairs"]
+KINDS = ["grouped", "unrolled", "preference", "pairs", "grouped, both formats", "preference, both formats"]
 
 
 @pytest.mark.parametrize("workers", [1, 2])
