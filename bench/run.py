@@ -16,8 +16,9 @@ Cases: ``floor`` (orjson-parse every line, orjson-dump it back, nothing else); `
 (the same with ``WHILEAI_PIPELINE_WORKERS=1``; its output must be byte-identical to the pooled one);
 ``ours_pref_openai``, ``ours_pref_trl`` (pairs built from the run, then ``wai.export_preference``);
 ``ours_sft_both``, ``ours_pref_both`` (openai and trl from one read: ``export_datasets`` and
-``export_preferences``, as the pipeline's stages call them; not in the default set); ``pipeline`` and ``pipeline_sample`` (the whole Dagster chain in process, on the run and on the
-bundled sample run); ``ref_sft_openai`` and ``ref_pref_openai`` / ``ref_pref_trl`` (the reference,
+``export_preferences``, as the pipeline's stages call them; not in the default set); ``pipeline``
+and ``pipeline_sample`` (the whole Dagster chain in process, on the run and on the bundled sample
+run); ``ref_sft_openai`` and ``ref_pref_openai`` / ``ref_pref_trl`` (the reference,
 with the sidecar's system prompt and tools passed explicitly, since it does not read sidecars).
 Before each case the page cache is emptied (where permitted) and the input read back in
 (``settle_page_cache``; ``--keep-page-cache`` to skip). Results: a markdown table on stdout and

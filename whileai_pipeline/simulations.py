@@ -24,7 +24,8 @@ __all__ = [
     "BadJsonlError", "EXPORT_FORMATS", "ExportError", "GateError", "MASK_MODES", "NoPreferencePairsError",
     "OutputIsSourceError", "PrivilegedLeakError", "Profile", "RoundtripInvalidError", "Run", "SchemaInvalidError",
     "SourceChangedError", "WorkerLostError",
-    "build_preference_pairs", "conversation", "export_dataset", "export_datasets", "export_preference", "export_preferences", "export_training",
+    "build_preference_pairs", "conversation", "export_dataset", "export_datasets", "export_preference",
+    "export_preferences", "export_training",
     "iter_training_rows", "judge_pairs", "leak_report", "load_run", "loss_mask", "read_jsonl", "scrub",
     "sidecar_path", "to_trl", "tool_call_roundtrip", "training_rows", "write_jsonl", "WriteFailedError",
 ]

@@ -42,8 +42,8 @@ def _run(path, n=200, seed=5, leak=False, bad_arguments=True):
                 for _ in range(rnd.randint(0, 5)):
                     if rnd.random() < 0.5:
                         steps.append({"tool": rnd.choice(["lookup", "refund"]),
-                                      "arguments": rnd.choice([{"id": i}, '{"id": 1}', "{bad" if bad_arguments else None,
-                                                               None]),
+                                      "arguments": rnd.choice([{"id": i}, '{"id": 1}',
+                                                               "{bad" if bad_arguments else None, None]),
                                       "result": rnd.choice(["x" * rnd.randint(0, 300), {"ok": True, "n": i}])})
                     else:
                         steps.append({"text": rnd.choice(["<think>h</think>ok", "fine", "  ", "sure"])})

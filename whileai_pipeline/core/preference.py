@@ -2,7 +2,6 @@
 
 import enum
 import time
-from pathlib import Path
 
 from .conversation import conversation
 from .errors import NoPreferencePairsError, PrivilegedLeakError, RoundtripInvalidError
@@ -17,7 +16,7 @@ from .gates import (
     scrub,
 )
 from .jsonl import dumps, dumps_reusing
-from .output import Spool, check_outputs, finish, refuse_source
+from .output import Spool, check_outputs, destination, finish, refuse_source
 from .pairs import first_turn_note, length_note
 from .progress import tick
 from .rows import SchemaCheck, preference_problems, stamp
@@ -237,7 +236,7 @@ def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ti
     """``export_preference`` for every ``{format: output}`` at once; returns ``{format: report}``."""
     started = time.perf_counter()
     src = _pair_source(pairs, system_prompt, tools)
-    dests = {fmt: Path(output).expanduser() if output else None for fmt, output in outputs.items()}
+    dests = {fmt: destination(output, None) for fmt, output in outputs.items()}  # no default name: none, no file
     if src.path is not None:
         for dest in dests.values():
             if dest is not None:

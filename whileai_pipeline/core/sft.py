@@ -480,7 +480,8 @@ def _export(source, outputs, system_prompt, tools, strip_think, validate, mask_m
             dest = dests[fmt]
             if dest is not None:
                 if tally.parts:
-                    source_digest.start()  # the splice runs in this process alone: the source's hash takes the other core
+                    # the splice runs in this process alone: the source's hash takes the other core
+                    source_digest.start()
                     _splice_parts(spool, tally)
                 report["path"] = str(dest)
                 report["n_written"] = tally.n_out

@@ -99,7 +99,6 @@ def copy_atomic(src, dest) -> None:
     stamp = file_stamp(src)
     with open(src, "rb") as fin, atomic_file(dest) as fout:
         shutil.copyfileobj(fin, fout, 1 << 20)
-        fout.flush()
         try:
             check_unchanged(src, stamp)
         except SourceChangedError:
