@@ -34,6 +34,18 @@ class UsageError(Exception):
     pass
 
 
+def _run_file(path) -> Path:
+    """``path`` as a Path, or a UsageError saying why it is not a run file (missing, a directory)."""
+    from whileai_pipeline.core.jsonl import require_file
+
+    path = Path(path)
+    try:
+        require_file(path, "run file", "pass the path of a .jsonl run")
+    except OSError as exc:
+        raise UsageError(str(exc)) from None
+    return path
+
+
 def _load_config_file(path) -> dict:
     path = Path(path)
     if not path.is_file():
@@ -140,9 +152,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     from whileai_pipeline.defs.config import ConfigFileError, flat_to_run_config
     from whileai_pipeline.defs.resources import PipelineStorage, partition_key_for
 
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"no such run file: {path}")
+    path = _run_file(path)
     options = _load_config_file(config_file) if config_file else {}
     try:
         run_config = flat_to_run_config(options)
@@ -230,9 +240,7 @@ def register_only(path, *, name=None, home=None, out=None) -> int:
     out = out or sys.stdout
     from whileai_pipeline.defs.resources import PipelineStorage
 
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"no such run file: {path}")
+    path = _run_file(path)
     _quiet_dagster()
     storage = PipelineStorage(root=str(home) if home else None)
     try:

@@ -142,6 +142,27 @@ def test_validate_subcommand_exit_codes(home, tmp_path):
     assert unknown.returncode == 2
 
 
+def test_a_missing_path_and_a_directory_get_their_own_messages(home, tmp_path, monkeypatch, capsys):
+    """In process: the three commands that take a file say which of the two is wrong, and exit 2."""
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.setenv("WHILEAI_PIPELINE_HOME", str(home))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    for command, what, extra in (("run", "run file", []), ("register", "run file", []),
+                                 ("validate", "file", ["--format", "openai"])):
+        assert cli_module.main([command, str(tmp_path / "nope.jsonl"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert f"whileai-pipeline: error: no such {what}: {tmp_path / 'nope.jsonl'} (pass " in err, err
+        assert cli_module.main([command, str(folder), *extra]) == 2
+        err = capsys.readouterr().err
+        assert (f"whileai-pipeline: error: {folder} is a directory, not a {what}: pass a .jsonl file in it, "
+                f"e.g. {folder / '<name>.jsonl'}") in err, err
+    assert not (home / "inbox").exists() or list((home / "inbox").iterdir()) == []
+    assert not (home / "published").exists()
+
+
 def test_a_run_file_still_being_written_is_refused_before_anything_runs(home, tmp_path, monkeypatch, capsys,
                                                                        request):
     """``run`` and ``register`` copy the file into the inbox; a writer appending meanwhile would leave a

@@ -132,3 +132,21 @@ def test_output_is_a_directory(tmp_path):
         wai.export_dataset(run, tmp_path / "out.jsonl")
     assert _listing(tmp_path) == ["out.jsonl", "run.jsonl"]
     assert os.listdir(tmp_path / "out.jsonl") == []
+
+
+@pytest.mark.parametrize("call", [
+    lambda src, out: wai.export_dataset(src, out),
+    lambda src, out: wai.export_preference(src, out),
+    lambda src, out: wai.load_run(src),
+], ids=["export_dataset", "export_preference", "load_run"])
+def test_missing_source_and_directory_source_are_told_apart(tmp_path, call):
+    out = tmp_path / "out.jsonl"
+    with pytest.raises(FileNotFoundError, match=r"^no such (source|run) file: .*nope\.jsonl \(pass ") as info:
+        call(tmp_path / "nope.jsonl", out)
+    assert not isinstance(info.value, IsADirectoryError)
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError, match=r"runs is a directory, not a (source|run) file: pass a \.jsonl "
+                                                r"file in it, e\.g\. .*runs/<name>\.jsonl$"):
+        call(folder, out)
+    assert _listing(tmp_path) == ["runs"]

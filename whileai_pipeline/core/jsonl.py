@@ -253,6 +253,15 @@ def _alive(pid) -> bool:
         return True
     return True
 
+def require_file(path, what, hint):
+    """Raise unless ``path`` is a file: a directory gets its own error, as it is not "missing"."""
+    if path.is_file():
+        return
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory, not a {what}: pass a .jsonl file in it, e.g. "
+                                f"{path / '<name>.jsonl'}")
+    raise FileNotFoundError(f"no such {what}: {path} ({hint})")
+
 
 @contextlib.contextmanager
 def atomic_file(dest):

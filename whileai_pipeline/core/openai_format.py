@@ -738,13 +738,17 @@ def run_validate(path, format="openai", *, json_output=False, strict_keys=False,
     import json
     import sys
 
+    from .jsonl import require_file  # noqa: PLC0415
+
     out = out or sys.stdout
     err = err or sys.stderr
     if format not in FORMATS:
         print(f"whileai-pipeline: error: --format must be one of {', '.join(FORMATS)}, got {format!r}", file=err)
         return EXIT_USAGE
-    if not Path(path).is_file():
-        print(f"whileai-pipeline: error: no such file: {path}", file=err)
+    try:
+        require_file(Path(path), "file", "pass the training .jsonl file to check")
+    except OSError as exc:
+        print(f"whileai-pipeline: error: {exc}", file=err)
         return EXIT_USAGE
     report = validate_file(path, format, strict_keys=strict_keys)
     if json_output:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ExportError, SourceChangedError
-from .jsonl import iter_jsonl, read_json, sha256_of
+from .jsonl import iter_jsonl, read_json, require_file, sha256_of
 from .text import text
 
 
@@ -87,8 +87,7 @@ def read_sidecar_file(meta):
 def load_run(path) -> Run:
     """Open a run: its JSONL rows (streamed on each iteration) and the sidecar's prompt and tools."""
     path = Path(path).expanduser()
-    if not path.is_file():
-        raise FileNotFoundError(f"no such run file: {path} (pass the path of a .jsonl run)")
+    require_file(path, "run file", "pass the path of a .jsonl run")
     system, tools, meta = read_sidecar(path)
     profile = Profile(policy=system or "", tools=tools or [], source="sidecar")
     return Run(path=path, trajectories=RunRows(path), profile=profile, meta_path=meta)
@@ -147,8 +146,7 @@ def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True) -> S
             path = source.path
     elif isinstance(source, (str, Path)):
         path = Path(source).expanduser()
-        if not path.is_file():
-            raise FileNotFoundError(f"no such source file: {path} (pass a JSONL run, a run object or rows)")
+        require_file(path, "source file", "pass a JSONL run, a run object or rows")
         hashed = _HashingRows(path)
         rows = hashed
         if sidecar:

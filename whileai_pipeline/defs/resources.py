@@ -34,7 +34,7 @@ import dagster as dg
 from pydantic import Field
 
 from whileai_pipeline.core.errors import SourceChangedError
-from whileai_pipeline.core.jsonl import atomic_file, sha256_file
+from whileai_pipeline.core.jsonl import atomic_file, require_file, sha256_file
 from whileai_pipeline.core.runs import check_unchanged, file_stamp, sidecar_path
 
 ENV_HOME = "WHILEAI_PIPELINE_HOME"
@@ -228,8 +228,7 @@ class PipelineStorage(dg.ConfigurableResource):
         inbox never pairs a run with another run's system prompt.
         """
         source = Path(source)
-        if not source.is_file():
-            raise FileNotFoundError(f"no such run file: {source}")
+        require_file(source, "run file", "pass the path of a .jsonl run")
         key = partition_key_for(name or source)
         dest = self.run_path(key)
         meta_src = meta_path_for(source)
