@@ -69,12 +69,18 @@ CASES = [
     Case("two_objects_one_line", GOOD_LINE.rstrip(b"\n") + GOOD_LINE, error=BadJsonlError, token="bad_jsonl:",
          line=1, pipeline="raw:bad_jsonl:", pipeline_line=1),
     Case("nul_byte", GOOD_LINE.rstrip(b"\n") + b"\x00\n", error=BadJsonlError, token="bad_jsonl:", line=1, pipeline="raw:bad_jsonl:", pipeline_line=1),
-    Case("lone_surrogate_escape", b'{"prompt": "\\ud800"}\n', error=BadJsonlError, token="bad_jsonl:", line=1, pipeline="raw:bad_jsonl:", pipeline_line=1),
     Case("open_brace_only", GOOD_LINE + b"{\n" + GOOD_LINE, error=BadJsonlError, token="bad_jsonl:", line=2, pipeline="raw:bad_jsonl:", pipeline_line=2),
     Case("python_repr_line", GOOD_LINE + b"{'prompt': 'p'}\n", error=BadJsonlError, token="bad_jsonl:", line=2, pipeline="raw:bad_jsonl:", pipeline_line=2),
     # The reference SDK writes NaN rewards as bare NaN tokens (spec E52): such files are read.
     Case("bare_nan_token", b'{"prompt": "p", "final_text": "a", "reward": NaN}\n', n=1,
          report={"rewards": {"n_pass": 0, "n_fail": 0, "n_ungraded": 1}}),
+    # Strict JSON orjson refuses but Python's json (and so the reference) reads: kept, written as the
+    # documented conversions (null, U+FFFD); tests/core/test_exact_numbers.py checks the bytes.
+    Case("number_beyond_a_double", b'{"prompt": "p", "final_text": "a", "reward": 1e400}\n', n=1,
+         report={"rewards": {"n_pass": 1, "n_fail": 0, "n_ungraded": 0}}),  # inf passes, as in the reference
+    Case("lone_surrogate_escape", b'{"prompt": "p", "final_text": "half an emoji: \\ud83d"}\n', n=1),
+    Case("integer_beyond_64_bits", with_(steps=[{"tool": "lookup", "arguments": {"id": 2 ** 80}, "result": "ok"}]),
+         n=1, report={"tool_call_roundtrip": {"invalid": 0}}),
     # ------------------------------------------------------------ rows
     Case("empty_object_row", GOOD_LINE + b"{}\n", error=SchemaInvalidError,
          token="schema_invalid in training_rows: 1:messages_missing", line=2),

@@ -22,8 +22,7 @@ pytestmark = pytest.mark.pipeline
 # Lines a quarantine keeps for the cases whose bad line is unreadable (the rest are set aside).
 QUARANTINE_KEEPS = {"truncated_last_line": 1, "invalid_utf8": 1, "array_line": 1, "number_line": 1,
                     "string_line": 1, "null_line": 1, "nesting_10000_deep": 1, "open_brace_only": 2,
-                    "python_repr_line": 1, "trailing_garbage": 0, "two_objects_one_line": 0, "nul_byte": 0,
-                    "lone_surrogate_escape": 0}
+                    "python_repr_line": 1, "trailing_garbage": 0, "two_objects_one_line": 0, "nul_byte": 0}
 
 
 @pytest.fixture(scope="module")

@@ -536,14 +536,14 @@ def _pair_lines(source, jobs):
     20 KB row), parsed as it comes; a line orjson refuses as it stands (a BOM, NaN tokens) goes
     through ``parse_line`` as in pass 1.
     """
-    from .jsonl import dumps_line, parse_line
+    from .jsonl import dumps_line, exact_numbers, parse_line
 
     fd = os.open(source, os.O_RDONLY)
     try:
         def row_at(offset, length):
             line = os.pread(fd, length, offset)
             try:
-                return orjson.loads(line)
+                return exact_numbers(line, orjson.loads(line))
             except orjson.JSONDecodeError:
                 # the number only tells parse_line whether a BOM may lead the line
                 return parse_line(source, 1 if offset == 0 else 2, line)
