@@ -1,5 +1,6 @@
 """Arguments of the wrong shape are refused before anything is written, where the reference turns them
-into silent nonsense; and ``~`` in a path means the home directory, as in pandas, not a folder named ``~``."""
+into silent nonsense; ``~`` in a path means the home directory, as in pandas, not a folder named ``~``; and
+tool-call arguments of odd shapes do not stop pair building."""
 
 import os
 
@@ -75,3 +76,18 @@ def test_a_tilde_in_a_path_is_the_home_directory(tmp_path, monkeypatch):
     assert wai.export_preference("~/out/pairs.jsonl", "~/out/dpo.jsonl")["path"] == str(home / "out" / "dpo.jsonl")
     assert sorted(os.listdir(home / "out")) == ["dpo.jsonl", "pairs.jsonl", "sft.jsonl"]
     assert list(work.iterdir()) == []  # no folder named "~"
+
+
+def test_tool_arguments_whose_keys_cannot_be_sorted_do_not_stop_pair_building():
+    """The spec's first_turn is JSON with sorted keys; in-memory rows may hold keys of several types."""
+    def row(i, reward, arguments):
+        return {"prompt": "p", "rollout_index": i, "reward": reward, "final_text": f"answer {i}",
+                "steps": [{"tool": "lookup", "arguments": arguments, "result": "ok"}]}
+
+    mixed = {1: "a", "id": 7}
+    pairs, report = wai.build_preference_pairs([row(0, 1, {"id": 7}), row(1, 0, {"id": 8}), row(2, 0.5, mixed)])
+    assert report["pairs"] == len(pairs) == 1
+    pairs, _ = wai.build_preference_pairs([row(0, 1, mixed), row(1, 0, {"id": 7})])
+    assert [p["first_turn_differs"] for p in pairs] == [True]
+    pairs, _ = wai.build_preference_pairs([row(0, 1, mixed), row(1, 0, dict(mixed))])
+    assert [p["first_turn_differs"] for p in pairs] == [False]

@@ -123,7 +123,7 @@ def first_turn(row) -> str:
             arguments = step.get("arguments")
             if arguments is None:
                 arguments = step.get("args")
-            return json.dumps({"name": step.get("tool"), "arguments": arguments or {}}, sort_keys=True, default=str)
+            return _canonical({"name": step.get("tool"), "arguments": arguments or {}})
     for step in steps:
         if isinstance(step, dict) and text(step.get("text") or "").strip():
             return text(step.get("text")).strip()
@@ -135,6 +135,16 @@ def first_turn(row) -> str:
                 if content:
                     return content
     return text(row.get("final_text") or "").strip()
+
+
+def _canonical(value) -> str:
+    """The spec's canonical JSON (sorted keys). Arguments whose keys cannot be sorted or written (an
+    int beside a str, a tuple: rows built in memory) get their repr instead of a TypeError: the string
+    is only compared with another row's."""
+    try:
+        return json.dumps(value, sort_keys=True, default=str)
+    except (TypeError, ValueError, RecursionError):  # ValueError: a value that contains itself
+        return repr(value)
 
 
 @dataclass(frozen=True, slots=True)
