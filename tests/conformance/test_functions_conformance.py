@@ -134,5 +134,15 @@ def test_to_trl_training_matches_reference(rows):
     H.assert_same(H.nan_safe(H.deep(r)), H.nan_safe(H.deep(o)), "to_trl(training)", H.short(rows, 3000))
 
 
+@pytest.mark.parametrize("row", [{"a": 1, "prompt": "p"}, {"messages": None, "a": 1}, {"messages": "x"}, {}],
+                         ids=["no_messages", "messages_none", "messages_a_string", "empty"])
+def test_to_trl_training_of_rows_without_messages_matches_reference(row):
+    """Rows that are not exports (no usable ``messages``) still get a ``messages`` list (spec 4.1)."""
+    r = [dict(x) for x in ref.to_trl([H.deep(row)], "training")]
+    for x in r:
+        x.pop("loss_mask", None)  # DECISIONS 16
+    H.assert_same(r, ours.to_trl([H.deep(row)], "training"), "to_trl(training)", repr(row))
+
+
 def test_to_trl_bad_kind_matches_reference():
     H.assert_error_starts_like_reference(lambda: ref.to_trl([], "dpo"), lambda: ours.to_trl([], "dpo"))

@@ -72,6 +72,8 @@ def trl_training_row(row, *, copy=True):
             out[key] = trl_messages(value, copy=copy)
         elif key not in ("prompt", "loss_mask"):
             out[key] = value
+    if "messages" not in out:  # spec 4.1: every TRL training row has its messages, maybe none
+        out["messages"] = []
     _move_prompt_text(row, out)
     return out
 
