@@ -52,3 +52,30 @@ def test_sha256_file(tmp_path):
     path = tmp_path / "x"
     path.write_bytes(b"abc")
     assert sha256_file(path) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_a_written_file_gets_the_umask_mode_or_keeps_the_mode_of_the_file_it_replaces(tmp_path, monkeypatch):
+    """Not mkstemp's 0600: a trainer running as another user must be able to read a published export."""
+    from whileai_pipeline.core import jsonl
+
+    monkeypatch.setattr(jsonl, "_UMASK", 0o027)
+    out = tmp_path / "rows.jsonl"
+    write_jsonl(out, [{"a": 1}])
+    assert os.stat(out).st_mode & 0o777 == 0o640
+    os.chmod(out, 0o604)
+    write_jsonl(out, [{"a": 2}])
+    assert os.stat(out).st_mode & 0o777 == 0o604
+    assert list(read_jsonl(out)) == [{"a": 2}]
+
+
+def test_the_umask_is_read_as_os_umask_sets_it():
+    from whileai_pipeline.core.jsonl import _process_umask
+
+    current = os.umask(0o022)
+    os.umask(current)
+    assert _process_umask() == current
+    os.umask(0o077)
+    try:
+        assert _process_umask() == 0o077
+    finally:
+        os.umask(current)

@@ -300,11 +300,38 @@ def temp_beside(dest, kind="tmp"):
     """Create a temp file in ``dest``'s directory, named ``.<name>.<pid>.<random>.<kind>.tmp``.
 
     The pid in the name lets a later run tell a crashed writer's leftovers (``clean_stale_temps``)
-    from a live writer's file. Returns (fd, path).
+    from a live writer's file. The file gets the mode ``dest`` will keep once it is renamed there:
+    the mode of the file it replaces, else what ``open`` would give (0666 less the umask), not
+    mkstemp's 0600, which would hide a published export from a trainer running as another user.
+    Returns (fd, path).
     """
     dest = Path(dest)
     clean_stale_temps(dest)
-    return tempfile.mkstemp(prefix=f".{dest.name}.{os.getpid()}.", suffix=f".{kind}{TMP_SUFFIX}", dir=dest.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.{os.getpid()}.", suffix=f".{kind}{TMP_SUFFIX}", dir=dest.parent)
+    try:
+        try:
+            mode = os.stat(dest).st_mode & 0o7777
+        except OSError:
+            mode = 0o666 & ~_UMASK
+        os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    return fd, tmp
+
+
+def _process_umask() -> int:
+    """The umask, read without changing it where Linux shows it (os.umask can only set it)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        with open("/proc/self/status", "rb") as fh:
+            return int(next(line for line in fh if line.startswith(b"Umask:")).split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _process_umask()
 
 
 def clean_stale_temps(dest) -> list:
