@@ -126,14 +126,24 @@ def _export_lines(result, storage, key):
                 lines.append(f"  {asset} [{fmt}]: nothing written ({count} {unit}; {status})")
         if "rejected_path" in md:
             lines.append(f"  {asset}: candidate and reports kept under {md['rejected_path'].value}")
+        if "kept_earlier" in md:
+            lines.append(f"  {asset}: WARNING nothing new to publish; the files there are from an earlier "
+                         f"materialization: {', '.join(md['kept_earlier'].value)}")
+        if "removed" in md:
+            lines.append(f"  {asset}: removed the files of formats no longer exported: "
+                         f"{', '.join(md['removed'].value)}")
+    for ev in result.get_asset_check_evaluations():
+        if not ev.passed and ev.severity.value != "ERROR":
+            lines.append(f"  check {ev.asset_key.to_user_string()}.{ev.check_name} WARNING: {ev.description}")
     return lines
 
 
 def _failure_lines(result):
-    lines, blocked = [], False
+    """(the assets a blocking gate stopped, one line per failed gate or step)."""
+    lines, blocked = [], set()
     for ev in result.get_asset_check_evaluations():
-        if not ev.passed:
-            blocked = blocked or ev.severity.value == "ERROR"
+        if not ev.passed and ev.severity.value == "ERROR":
+            blocked.add(ev.asset_key.to_user_string())
             lines.append(f"  gate {ev.asset_key.to_user_string()}.{ev.check_name} FAILED: {ev.description}")
     for event in result.all_events:
         if event.event_type_value == "STEP_FAILURE" and "DagsterAssetCheckFailedError" not in str(event.event_specific_data):
@@ -207,7 +217,9 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     for line in lines:
         print(line, file=out)
     if blocked:
-        print("a gate blocked publishing: the published files were left untouched", file=out)
+        names = " and ".join(sorted(blocked, key=lambda a: (a != "sft_export", a)))
+        print(f"a gate blocked {names}: {'its' if len(blocked) == 1 else 'their'} published files were left "
+              "untouched", file=out)
     return EXIT_FAILED
 
 

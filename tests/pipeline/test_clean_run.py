@@ -158,3 +158,8 @@ def test_config_change_republishes(clean):
     md = materialization(run, "sft_export")
     assert md["openai/report"].value["mask_mode"] == "final"
     assert chain.storage.published_path(key, "sft", "openai").read_bytes() != before
+    # the TRL file of the earlier config is gone with its report: sft.* never mixes two configs
+    trl = chain.storage.published_path(key, "sft", "trl")
+    assert not trl.exists() and not trl.with_name("sft.trl.report.json").exists()
+    assert md["removed"].value == [str(trl), str(trl.with_name("sft.trl.report.json"))]
+    assert chain.storage.published_path(key, "dpo", "trl").is_file()  # another kind: not this export's

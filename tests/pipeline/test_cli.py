@@ -1,5 +1,6 @@
 """What must be shown, point 6: ``whileai-pipeline run`` and ``demo`` as subprocesses, exit codes 0/1/2."""
 
+import io
 import os
 import shutil
 import subprocess
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import SAMPLE, SAMPLE_META, leaking_rows, tree_bytes, write_rows
+from .conftest import SAMPLE, SAMPLE_META, leaking_rows, sample_rows, tree_bytes, write_rows
 
 pytestmark = pytest.mark.pipeline
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,6 +63,7 @@ def test_run_then_leak_exits_1_and_keeps_published(home, tmp_path):
     blocked = cli(["run", str(src), "--config", str(config)], home, tmp_path)
     assert blocked.returncode == 1, blocked.stdout + blocked.stderr
     assert "REJECTED" in blocked.stdout and "privileged_leak FAILED" in blocked.stdout
+    assert "a gate blocked sft_export and dpo_export: their published files were left untouched" in blocked.stdout
     assert tree_bytes(home / "published" / "my_run") == published
     assert (home / "rejected" / "my_run").is_dir()
 
@@ -219,3 +221,23 @@ def test_a_full_disk_under_the_storage_root_is_said_plainly(home, tmp_path, monk
     monkeypatch.setattr(dg.JobDefinition, "execute_in_process", other)
     with pytest.raises(RuntimeError, match="something else"):  # anything else is not hidden
         cli_module.main(["demo"])
+
+
+def test_the_cli_says_which_exports_kept_earlier_files(home, tmp_path, monkeypatch):
+    """In process: a new version of a run with no passing row publishes nothing and the output says
+    that the files under published/ come from the earlier run."""
+    from whileai_pipeline.cli import run_chain
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    src = tmp_path / "night.jsonl"
+    write_rows(src, sample_rows())
+    out = io.StringIO()
+    assert run_chain(src, home=home, out=out) == 0
+    write_rows(src, [{**row, "reward": 0.0} for row in sample_rows()])
+    out = io.StringIO()
+    assert run_chain(src, home=home, out=out) == 0
+    text = out.getvalue()
+    for kind, asset in (("sft", "sft_export"), ("dpo", "dpo_export")):
+        kept = ", ".join(str(home / "published" / "night" / f"{kind}.{fmt}.jsonl") for fmt in ("openai", "trl"))
+        assert (f"  {asset}: WARNING nothing new to publish; the files there are from an earlier materialization: "
+                f"{kept}\n") in text, text

@@ -10,7 +10,7 @@ from whileai_pipeline.defs.checks import CHECKS
 from whileai_pipeline.defs.partitions import simulation_runs
 
 from .conftest import (bad_arguments_rows, check_results, export_config, leaking_rows, materialization, read_rows,
-                       tree_bytes, unprivileged_rows)
+                       sample_rows, tree_bytes, unprivileged_rows)
 
 pytestmark = pytest.mark.pipeline
 ERROR, WARN = dg.AssetCheckSeverity.ERROR, dg.AssetCheckSeverity.WARN
@@ -212,3 +212,36 @@ def test_bad_line_quarantined_when_configured(chain):
     assert [q["line"] for q in quarantined] == [4, 5]
     assert quarantined[0]["text"] == "not json"
     assert read_rows(chain.storage.stage_path(key, "raw")) == [orjson.loads(x) for x in lines]
+
+
+def test_a_new_version_without_passing_rows_publishes_no_empty_file_and_says_what_is_kept(published):
+    """An empty training file is no export (OpenAI and TRL refuse it): the earlier files stay, named in
+    the metadata as coming from an earlier materialization."""
+    chain, key, before = published
+    failing = [{**row, "reward": 0.0} for row in sample_rows()]
+    chain.register(failing)
+    result = chain.materialize(key)
+    assert result.success
+    for asset, count in (("sft_export", "openai/rows_written"), ("dpo_export", "openai/pairs")):
+        md = materialization(result, asset)
+        assert md["status"].value == "nothing to publish" and md[count].value == 0, asset
+        assert md["published"].value is False
+        kind = asset[:3]
+        assert md["kept_earlier"].value == [str(chain.storage.published_path(key, kind, f)) for f in ("openai", "trl")]
+    assert tree_bytes(chain.storage.published_dir(key)) == before
+
+
+def test_quarantine_of_a_run_with_no_readable_line_keeps_the_previous_stage(published):
+    chain, key, _ = published
+    stage = chain.storage.stage_path(key, "raw")
+    staged = stage.read_bytes()
+    chain.storage.run_path(key).write_bytes(b'{"prompt": "cut\n[1, 2]\n')
+    result = chain.materialize(key, run_config={"ops": {"raw_simulation_data": {"config": {"on_bad_line": "quarantine"}}}},
+                               selection=["raw_simulation_data"])
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert failure.event_specific_data.error.message.startswith(
+        f"dagster._core.definitions.events.Failure: empty_run: none of the 2 non-blank line(s) of "
+        f"{chain.storage.run_path(key)} is a readable trajectory (first: line 1: ")
+    assert stage.read_bytes() == staged
+    assert not chain.storage.stage_path(key, "quarantine").exists()

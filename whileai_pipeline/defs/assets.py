@@ -26,7 +26,8 @@ from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callabl
 
 from .config import DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreConfig, SftExportConfig
 from .partitions import simulation_runs
-from .publishing import discard, failed_gates, publish, reject, rejected_dir_name
+from .config import FORMATS
+from .publishing import discard, failed_gates, publish, reject, rejected_dir_name, remove_other_formats
 from .resources import ENV_SETTLE, PartitionLockedError, PipelineStorage, copy_atomic, fingerprint, meta_path_for
 from .summaries import RawStats, dpo_numbers, export_summary_markdown, raw_facts, sft_numbers
 
@@ -213,6 +214,7 @@ def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> int:
     """Copy readable lines verbatim to ``stage``; unreadable ones go to ``quarantine`` as records
     naming the run file ``src`` and the line number."""
     bad = 0
+    first_bad = None
     with open(snapshot, "rb") as fin, atomic_file(stage) as out, atomic_file(quarantine) as qout:
         for lineno, line in enumerate(fin, 1):
             reason = None
@@ -230,8 +232,15 @@ def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> int:
                 out.write(line.strip().removeprefix(b"\xef\xbb\xbf") + b"\n")
             else:
                 bad += 1
+                first_bad = first_bad or f"line {lineno}: {reason}"
                 qout.write(dumps_line({"path": str(src), "line": lineno, "reason": reason,
                                        "text": line.strip().decode("utf-8", "replace")}))
+        if bad and not stats.rows:  # raised inside: neither file is put in place, the stage stays as it was
+            raise dg.Failure(
+                description=f"empty_run: none of the {bad} non-blank line(s) of {src} is a readable trajectory "
+                f"(first: {first_bad}); nothing was staged and the previous stage is unchanged. Fix the run "
+                "file and materialize again.",
+                metadata={"path": dg.MetadataValue.path(str(src))})
     if not bad:
         quarantine.unlink()
     return bad
@@ -365,6 +374,7 @@ def _finish_export(context, storage, kind, formats, candidates, reports, validat
     failed = failed_gates(reports)
     blocked = validate and bool(failed)
     rejected_dir = None
+    removed = []
     try:
         if blocked:
             rejected_dir = storage.rejected_root(key) / rejected_dir_name(context.run.run_id, kind)
@@ -372,6 +382,9 @@ def _finish_export(context, storage, kind, formats, candidates, reports, validat
         else:
             destinations = {fmt: storage.published_path(key, kind, fmt) for fmt in formats}
             outcomes = publish(candidates, reports, destinations)
+            if any(o["path"] for o in outcomes.values()):
+                removed = remove_other_formats({fmt: storage.published_path(key, kind, fmt)
+                                                for fmt in FORMATS if fmt not in formats})
     finally:
         discard(cand_dir)
 
@@ -398,6 +411,12 @@ def _finish_export(context, storage, kind, formats, candidates, reports, validat
     }
     if rejected_dir is not None:
         metadata["rejected_path"] = dg.MetadataValue.path(str(rejected_dir))
+    kept = [str(p) for fmt in FORMATS if (p := storage.published_path(key, kind, fmt)).is_file()]
+    if status == "nothing to publish" and kept:
+        # what a consumer of published/<run>/ now reads comes from an earlier materialization
+        metadata["kept_earlier"] = dg.MetadataValue.json(kept)
+    if removed:
+        metadata["removed"] = dg.MetadataValue.json(removed)
     for fmt in formats:
         report, outcome = reports[fmt], outcomes[fmt]
         metadata[f"{fmt}/report"] = dg.MetadataValue.json(report)
@@ -424,6 +443,12 @@ def _finish_export(context, storage, kind, formats, candidates, reports, validat
         )
     elif failed:
         context.log.warning(f"{kind} export for {key!r} failed gates {failed} but validate=False: published anyway")
+    if status == "nothing to publish":
+        context.log.warning(
+            f"{kind} export for {key!r} has no {'rows' if kind == 'sft' else 'pairs'} to publish; "
+            + (f"the earlier published files are kept: {', '.join(kept)}" if kept else "nothing is published"))
+    if removed:
+        context.log.info(f"{kind} export for {key!r}: removed files of formats no longer exported: {removed}")
     return dg.MaterializeResult(metadata=metadata)
 
 

@@ -7,12 +7,15 @@ gets the full report, then:
   ``privileged_leaks.n_leaked``);
 * when no gate failed, or ``validate`` is off, ``publish`` renames every candidate into
   ``published/<run>/`` (same filesystem, so each file appears atomically) and writes its report
-  beside it;
+  beside it. A candidate with no rows is not published: an empty training file is no export (OpenAI
+  and TRL both refuse it), so the earlier files of that kind stay, and the metadata says so. Once a
+  kind is published, its files in formats this export no longer writes are removed (``remove_other_formats``);
 * otherwise ``reject`` moves the candidates and their reports under ``rejected/<run>/<time>-<id>-<kind>/``
   with a ``gates.json`` saying why, and the published files are not touched.
 
 The set of formats is all-or-nothing: one failing format rejects the whole candidate set, so the
-published folder never mixes files from two different inputs or configs.
+files of one kind (``sft.*`` or ``dpo.*``) never mix two inputs or configs. The two kinds are
+exported, gated and published apart: each file's report names its source and SHA-256.
 """
 
 import datetime
@@ -65,17 +68,22 @@ def _written(report, candidate: Path) -> bool:
     return report.get("path") is not None and candidate.is_file()
 
 
+def has_rows(report: dict) -> bool:
+    """Whether the export wrote at least one row (an SFT report's ``n_written``, a DPO report's pairs)."""
+    return bool(report.get("n_written", report.get("pairs")))
+
+
 def publish(candidates: dict, reports: dict, destinations: dict) -> dict:
     """Move each written candidate onto its destination; returns ``{format: outcome}``.
 
-    ``outcome`` has ``path`` (None when the library wrote nothing, e.g. no preference pairs),
-    ``sha256`` and ``unchanged`` (True when the published bytes were already identical, in which
-    case the file is left alone).
+    ``outcome`` has ``path`` (None when nothing is published: the library wrote no file, e.g. no
+    preference pairs, or a file without rows), ``sha256`` and ``unchanged`` (True when the published
+    bytes were already identical, in which case the file is left alone).
     """
     outcomes = {}
     for fmt, candidate in candidates.items():
         report, dest = reports[fmt], destinations[fmt]
-        if not _written(report, candidate):
+        if not (_written(report, candidate) and has_rows(report)):
             outcomes[fmt] = {"path": None, "sha256": None, "unchanged": False}
             continue
         sha = report.get("sha256") or sha256_file(candidate)  # the exporter hashed what it wrote
@@ -89,6 +97,20 @@ def publish(candidates: dict, reports: dict, destinations: dict) -> dict:
         write_json(report_file(dest), report_for_file(report, dest))
         outcomes[fmt] = {"path": str(dest), "sha256": sha, "unchanged": unchanged}
     return outcomes
+
+
+def remove_other_formats(published: dict) -> list:
+    """Remove the published files (and reports) of formats an export of the same kind no longer
+    writes: ``published`` maps those formats to their paths. Returns the paths removed."""
+    removed = []
+    for path in published.values():
+        for stale in (path, report_file(path)):
+            if stale.is_file():
+                stale.unlink()
+                removed.append(str(stale))
+    if removed:
+        fsync_dir(Path(removed[0]).parent)
+    return removed
 
 
 def rejected_dir_name(run_id: str, kind: str, now=None) -> str:
