@@ -21,12 +21,14 @@ SCHEMA = {"type": "function", "function": {"name": "lookup"}}
     (SCHEMA, r"got dict \(wrap one schema in a list\)"),
     (b"[]", "got bytes"),
     (3, "got int"),
+    ([SCHEMA, 1, "two", None], r"\(JSON objects\), but item 1 is int 1"),
+    ([None], r"\(JSON objects\), but item 0 is NoneType None"),
 ])
 @pytest.mark.parametrize("call", ["export_dataset", "export_preference", "training_rows"])
 def test_tools_that_are_not_a_list_of_schemas_are_refused(tmp_path, tools, hint, call):
     # the reference copies them with list(): a string's characters, a dict's keys, on every row
     out = tmp_path / "out.jsonl"
-    with pytest.raises(wai.ExportError, match=rf"^tools must be a list of tool schemas, {hint}: pass tools=\["):
+    with pytest.raises(wai.ExportError, match=rf"^tools must be a list of tool schemas,? {hint}: pass tools=\["):
         if call == "export_dataset":
             wai.export_dataset([ROW], out, tools=tools)
         elif call == "export_preference":

@@ -116,6 +116,8 @@ CASES = [
     Case("sidecar_tools_not_a_list", GOOD_LINE, sidecar=b'{"system_prompt": "S", "tools": {"name": "lookup"}}',
          error=ValueError, token="bad_sidecar:", pipeline="raw:unreadable sidecar"),
     Case("sidecar_an_array", GOOD_LINE, sidecar=b"[]", error=ValueError, token="bad_sidecar:", pipeline="raw:unreadable sidecar"),
+    Case("sidecar_tools_not_schemas", GOOD_LINE, sidecar=b'{"system_prompt": "S", "tools": [1, "two", null]}',
+         error=ValueError, token="bad_sidecar:", pipeline="raw:unreadable sidecar"),
     Case("sidecar_missing", GOOD_LINE, n=1, report={"system_prompt_source": "none", "tools_source": "none"}),
     Case("sidecar_good", GOOD_LINE, sidecar=b'{"system_prompt": "S", "tools": []}', n=1,
          report={"system_prompt_source": "sidecar", "with_system": 1}),

@@ -80,6 +80,9 @@ def read_sidecar_file(meta):
     if tools is not None and not isinstance(tools, list):
         raise ValueError(f"bad_sidecar: {meta}: 'tools' must be a list of tool schemas, got "
                          f"{type(tools).__name__}; fix or delete the sidecar")
+    if tools and (i := _first_non_schema(tools)) is not None:
+        raise ValueError(f"bad_sidecar: {meta}: 'tools' must be a list of tool schemas (JSON objects), but "
+                         f"item {i} is {type(tools[i]).__name__} {tools[i]!r:.60}; fix or delete the sidecar")
     system = data.get("system_prompt")
     return (None if system is None else text(system)), tools
 
@@ -192,7 +195,15 @@ def schema_list(tools, what="tools"):
         hint = {str: " (parse a JSON string first: json.loads)", dict: " (wrap one schema in a list)"}
         raise ExportError(f"{what} must be a list of tool schemas, got {type(tools).__name__}"
                           f"{hint.get(type(tools), '')}: pass tools=[{{\"type\": \"function\", ...}}, ...]")
-    return list(tools)
+    tool_list = list(tools)
+    if (i := _first_non_schema(tool_list)) is not None:  # written into every row, where no trainer reads it
+        raise ExportError(f"{what} must be a list of tool schemas (JSON objects), but item {i} is "
+                          f"{type(tool_list[i]).__name__} {tool_list[i]!r:.60}: pass tools=[{{\"type\": \"function\", ...}}, ...]")
+    return tool_list
+
+
+def _first_non_schema(tools):
+    return next((i for i, tool in enumerate(tools) if not isinstance(tool, dict)), None)
 
 
 def file_stamp(path):
