@@ -244,4 +244,4 @@ def test_quarantine_of_a_run_with_no_readable_line_keeps_the_previous_stage(publ
         f"dagster._core.definitions.events.Failure: empty_run: none of the 2 non-blank line(s) of "
         f"{chain.storage.run_path(key)} is a readable trajectory (first: line 1: ")
     assert stage.read_bytes() == staged
-    assert not chain.storage.stage_path(key, "quarantine").exists()
+    assert [q["line"] for q in read_rows(chain.storage.stage_path(key, "quarantine"))] == [1, 2]

@@ -17,7 +17,7 @@ import dagster as dg
 
 import whileai_pipeline.simulations as wai
 from whileai_pipeline.core.errors import BadJsonlError, ExportError, SourceChangedError
-from whileai_pipeline.core.jsonl import _BLANK, atomic_file, dumps_line, parse_line, sha256_file
+from whileai_pipeline.core.jsonl import _BLANK, atomic_file, dumps_line, fsync_dir, parse_line, sha256_file
 from whileai_pipeline.core.pairs import build_pairs_file, judge_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
 from whileai_pipeline.core.runs import read_sidecar_file
@@ -212,10 +212,12 @@ def _refuse_empty(stats, src):
 
 def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> int:
     """Copy readable lines verbatim to ``stage``; unreadable ones go to ``quarantine`` as records
-    naming the run file ``src`` and the line number."""
+    naming the run file ``src`` and the line number. With no readable line the run is refused and the
+    previous stage stays (the quarantine says why)."""
     bad = 0
     first_bad = None
-    with open(snapshot, "rb") as fin, atomic_file(stage) as out, atomic_file(quarantine) as qout:
+    incoming = stage.with_name(f".{stage.name}.readable")
+    with open(snapshot, "rb") as fin, atomic_file(incoming) as out, atomic_file(quarantine) as qout:
         for lineno, line in enumerate(fin, 1):
             reason = None
             try:
@@ -235,12 +237,15 @@ def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> int:
                 first_bad = first_bad or f"line {lineno}: {reason}"
                 qout.write(dumps_line({"path": str(src), "line": lineno, "reason": reason,
                                        "text": line.strip().decode("utf-8", "replace")}))
-        if bad and not stats.rows:  # raised inside: neither file is put in place, the stage stays as it was
-            raise dg.Failure(
-                description=f"empty_run: none of the {bad} non-blank line(s) of {src} is a readable trajectory "
-                f"(first: {first_bad}); nothing was staged and the previous stage is unchanged. Fix the run "
-                "file and materialize again.",
-                metadata={"path": dg.MetadataValue.path(str(src))})
+    if bad and not stats.rows:
+        incoming.unlink()
+        raise dg.Failure(
+            description=f"empty_run: none of the {bad} non-blank line(s) of {src} is a readable trajectory "
+            f"(first: {first_bad}; all in {quarantine}); nothing was staged and the previous stage is "
+            "unchanged. Fix the run file and materialize again.",
+            metadata={"path": dg.MetadataValue.path(str(src)), "quarantine_path": dg.MetadataValue.path(str(quarantine))})
+    os.replace(incoming, stage)
+    fsync_dir(stage.parent)
     if not bad:
         quarantine.unlink()
     return bad
