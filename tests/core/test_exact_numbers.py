@@ -183,3 +183,11 @@ def test_pairs_and_the_dpo_export_keep_big_integers(tmp_path, workers):
         call = dpo[side][1]["tool_calls"][0]["function"]
         assert _typed(json.loads(call["arguments"])) == _typed({"id": BIG, "low": NEGATIVE})
         assert dpo[side][2]["content"] == json.dumps({"order": BIG, "status": "shipped"})
+
+
+def test_a_group_whose_reward_spread_overflows_has_an_infinite_std_written_as_null(tmp_path):
+    rows = [{"prompt": "p", "scenario_id": "s", "final_text": f"answer {r}", "reward": r} for r in (1e200, 1, 0)]
+    assert {row["reward_std"] for row in wai.training_rows(rows)} == {float("inf")}
+    out = tmp_path / "sft.jsonl"
+    wai.export_dataset(rows, out)
+    assert {json.loads(line)["reward_std"] for line in out.read_bytes().splitlines()} == {None}

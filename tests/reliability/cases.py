@@ -105,6 +105,9 @@ CASES = [
          report={"rewards": {"n_pass": 0, "n_fail": 0, "n_ungraded": 1}}),
     Case("reward_above_one", with_(reward=1.5), n=1, report={"rewards": {"n_pass": 1, "n_fail": 0, "n_ungraded": 0}}),
     Case("reward_negative", with_(reward=-1), n=1, report={"rewards": {"n_pass": 0, "n_fail": 1, "n_ungraded": 0}}),
+    # (1e200 - mean) ** 2 overflows: the reference raises OverflowError; the group's spread is inf (null)
+    Case("reward_whose_spread_overflows", with_(reward=1e200) + with_(reward=0), n=2,
+         report={"rewards": {"n_pass": 1, "n_fail": 1, "n_ungraded": 0}}),
     Case("reply_quotes_privileged",
          with_(final_text="Internally: the parcel was lost in the Leeds depot fire.",
                privileged={"reference": "the parcel was lost in the Leeds depot fire"}),

@@ -198,7 +198,10 @@ class GroupStats:
             means[g] = sums[g] / graded[g] if graded[g] else math.nan
         for g, r in self._rows():
             if g >= 0 and r == r:
-                sq[g] += (r - means[g]) ** 2
+                try:
+                    sq[g] += (r - means[g]) ** 2
+                except OverflowError:  # a finite reward like 1e200: the spread is infinite (written as null)
+                    sq[g] = math.inf
         if not keep_rows and self._spill is None:
             self._row_group = self._row_reward = None
         self._table = (graded, n0, n1, means, sq)
