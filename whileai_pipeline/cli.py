@@ -80,7 +80,32 @@ def _instance(storage):
         return dg.DagsterInstance.get()
     home = storage.dagster_home
     home.mkdir(parents=True, exist_ok=True)
-    return dg.DagsterInstance.local_temp(tempdir=str(home))
+    # Two commands starting at once on a fresh root would both create the SQLite databases and their
+    # migration stamps, leaving two alembic heads that break every later call: the first to take the
+    # lock creates them, the other then opens what exists.
+    with _exclusive(home / ".create.lock"):
+        instance = dg.DagsterInstance.local_temp(tempdir=str(home))
+        from whileai_pipeline.defs.partitions import PARTITIONS_NAME
+
+        instance.get_runs(limit=1)  # the run database
+        instance.get_dynamic_partitions(PARTITIONS_NAME)  # the event log's index database
+    return instance
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path):
+    """Hold an exclusive lock on ``lock_path`` (a no-op where ``fcntl`` does not exist)."""
+    try:
+        import fcntl
+    except ImportError:  # not Linux or macOS
+        yield
+        return
+    with open(lock_path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _quiet_dagster():

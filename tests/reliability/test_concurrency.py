@@ -88,3 +88,36 @@ def test_a_run_held_too_long_fails_clearly(tmp_path, monkeypatch):
     assert "partition_locked: run 'support_orders' is being materialized by another process" in \
         failure.event_specific_data.error.message
     assert not storage.published_dir(key).exists()
+
+
+def test_two_commands_on_a_fresh_root_create_its_dagster_databases_once(tmp_path):
+    """Both used to create the SQLite databases and their migration stamps at once (two alembic heads,
+    every later command on that root failing). The second now waits for the first's lock."""
+    import threading
+
+    from whileai_pipeline import cli
+
+    storage = PipelineStorage(root=str(tmp_path / "home"))
+    storage.dagster_home.mkdir(parents=True)
+    opened = threading.Event()
+    with open(storage.dagster_home / ".create.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a first command creating the databases would hold it
+        thread = threading.Thread(target=lambda: (cli._instance(storage), opened.set()))
+        thread.start()
+        assert not opened.wait(1.0), "the instance was created while another command held the lock"
+        fcntl.flock(held, fcntl.LOCK_UN)
+    thread.join(60)
+    assert opened.is_set()
+    script = ("import sys; from whileai_pipeline.cli import main; "
+              "sys.exit(main(['register', sys.argv[1], '--name', sys.argv[2]]))")
+    for attempt in range(2):
+        root = tmp_path / f"fresh{attempt}"
+        env = {**os.environ, "WHILEAI_PIPELINE_HOME": str(root)}
+        env.pop("DAGSTER_HOME", None)
+        procs = [subprocess.Popen([sys.executable, "-c", script, SAMPLE, name], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for name in ("one", "two")]
+        outs = [p.communicate(timeout=300) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outs
+        later = subprocess.run([sys.executable, "-c", script, SAMPLE, "three"], env=env, capture_output=True,
+                               text=True, timeout=300)
+        assert later.returncode == 0, later.stderr
