@@ -185,13 +185,13 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     Raises ``UsageError`` for bad usage (missing file, bad config) before anything runs."""
     out = out or sys.stdout
     from whileai_pipeline.defs.config import ConfigFileError, flat_to_run_config
-    from whileai_pipeline.defs.resources import PipelineStorage, partition_key_for
+    from whileai_pipeline.defs.resources import PipelineStorage, partition_key_for, partition_key_for_name
 
     path = _run_file(path)
     options = _load_config_file(config_file) if config_file else {}
     try:
         run_config = flat_to_run_config(options)
-        partition_key_for(name or path)
+        partition_key_for_name(name) if name else partition_key_for(path)
     except (ConfigFileError, ValueError) as exc:
         raise UsageError(str(exc)) from None
 

@@ -241,3 +241,14 @@ def test_the_cli_says_which_exports_kept_earlier_files(home, tmp_path, monkeypat
         kept = ", ".join(str(home / "published" / "night" / f"{kind}.{fmt}.jsonl") for fmt in ("openai", "trl"))
         assert (f"  {asset}: WARNING nothing new to publish; the files there are from an earlier materialization: "
                 f"{kept}\n") in text, text
+
+
+def test_names_with_dots_register_distinct_runs(home, tmp_path, monkeypatch, capsys):
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.setenv("WHILEAI_PIPELINE_HOME", str(home))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    for name in ("nightly.2026-01-01", "nightly.2026-01-02", "v1.5"):
+        assert cli_module.main(["register", str(SAMPLE), "--name", name]) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in (home / "inbox").glob("*.jsonl")) == [
+        "nightly.2026-01-01.jsonl", "nightly.2026-01-02.jsonl", "v1.5.jsonl"]

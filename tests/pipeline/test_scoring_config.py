@@ -2,10 +2,13 @@
 custom-scorer chain."""
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from whileai_pipeline.core.scoring import ScorerError, ScoreStats, normalize_answer, resolve_scorer, verdict
 from whileai_pipeline.defs.config import ConfigFileError, flat_to_run_config
-from whileai_pipeline.defs.resources import fingerprint, meta_path_for, partition_key_for
+from whileai_pipeline.defs.resources import (checked_key, fingerprint, meta_path_for, partition_key_for,
+                                              partition_key_for_name)
 
 from .conftest import materialization, read_rows
 
@@ -97,6 +100,42 @@ def test_partition_keys_and_sidecars(tmp_path):
     assert fingerprint(run) != hashlib.sha256(b'{"a": 1}\n').hexdigest()
     with pytest.raises(ValueError):
         partition_key_for("....jsonl")
+
+
+
+def test_names_given_by_the_user_keep_their_dots():
+    """``--name nightly.2026-01-01`` and ``--name nightly.2026-01-02`` were both cut to ``nightly``."""
+    assert partition_key_for_name("nightly.2026-01-01") == "nightly.2026-01-01"
+    assert partition_key_for_name("v1.5") == "v1.5"
+    assert partition_key_for_name("night.jsonl") == "night"
+    assert partition_key_for_name("My Run (v2)") == "My_Run_v2"
+    with pytest.raises(ValueError, match="cannot make a run name of '日本'"):
+        partition_key_for_name("日本")
+
+
+@given(st.text(min_size=1, max_size=260))
+@example("a" * 199 + " tail")  # cut at 200 right after the "_" that stands for the space
+@example("b" * 199 + ".c")
+def test_a_key_is_a_safe_folder_name_and_its_inbox_file_gives_it_back(name):
+    """The inbox sensor derives the key of ``inbox/<key>.jsonl``: it must be the key again (a 200-character
+    cut ending in ``_`` used to give a second partition)."""
+    for derive in (partition_key_for_name, lambda n: partition_key_for(n + ".jsonl")):
+        try:
+            key = derive(name)
+        except ValueError:
+            continue
+        assert checked_key(key) == key
+        assert partition_key_for(f"{key}.jsonl") == key == partition_key_for_name(key)
+
+
+@pytest.mark.parametrize("key", ["../escape", "a/b", ".hidden", "x-", "", "x" * 201, "a b"])
+def test_keys_that_are_not_safe_folder_names_are_refused_by_every_path(storage, key):
+    """A partition added by hand in the UI or the API must not put files outside their folders."""
+    for path_of in (storage.stage_dir, storage.published_dir, storage.rejected_root, storage.run_path,
+                    storage.run_meta_path):
+        with pytest.raises(ValueError, match=r"is not a run name this pipeline can store .* add runs with "
+                                             r"`whileai-pipeline register FILE` or through the inbox"):
+            path_of(key)
 
 
 def test_register_replaces_a_stale_sidecar(storage, tmp_path):

@@ -68,10 +68,34 @@ def partition_key_for(path) -> str:
         name = name[: -len(RUN_SUFFIX)]
     elif "." in name.lstrip("."):
         name = name.rsplit(".", 1)[0]
-    key = _BAD_KEY_CHARS.sub("_", name).strip("._-")
+    return _key(name, f"cannot derive a run name from {str(path)!r}; rename the file (letters, digits, _ . -)")
+
+
+def partition_key_for_name(name: str) -> str:
+    """The partition key for a name given by the user (``--name``): reduced like a file's, but only a
+    ``.jsonl`` suffix is dropped, so ``nightly.2026-01-01`` and ``v1.5`` stay themselves."""
+    return _key(name.removesuffix(RUN_SUFFIX), f"cannot make a run name of {name!r}; use letters, digits, _ . -")
+
+
+def _key(name, error):
+    # cut to 200 characters, then trimmed again: the inbox file <key>.jsonl must reduce to the same key
+    key = _BAD_KEY_CHARS.sub("_", name).strip("._-")[:200].rstrip("._-")
     if not key:
-        raise ValueError(f"cannot derive a run name from {str(path)!r}; rename the file (letters, digits, _ . -)")
-    return key[:200]
+        raise ValueError(error)
+    return key
+
+
+def checked_key(key: str) -> str:
+    """``key`` itself when it is a run name this storage can use as a folder name, else ValueError.
+
+    Keys from the CLI and the inbox sensor always are; one added by hand in the UI or the API
+    (``../elsewhere``, ``a/b``) would put stages and exports outside their folders.
+    """
+    if _BAD_KEY_CHARS.search(key) or key != key.strip("._-") or not key or len(key) > 200:
+        raise ValueError(f"partition {key!r} is not a run name this pipeline can store (letters, digits and _ . - "
+                         "inside, at most 200): add runs with `whileai-pipeline register FILE` or through the "
+                         "inbox, which derive such names")
+    return key
 
 
 meta_path_for = sidecar_path  # ``x.jsonl`` -> ``x.meta.json``: one naming rule, the library's
@@ -130,13 +154,13 @@ class PipelineStorage(dg.ConfigurableResource):
         return self.base / "dagster_home"
 
     def stage_dir(self, key: str) -> Path:
-        return self.base / "stages" / key
+        return self.base / "stages" / checked_key(key)
 
     def published_dir(self, key: str) -> Path:
-        return self.base / "published" / key
+        return self.base / "published" / checked_key(key)
 
     def rejected_root(self, key: str) -> Path:
-        return self.base / "rejected" / key
+        return self.base / "rejected" / checked_key(key)
 
     def candidate_dir(self, key: str, run_id: str) -> Path:
         return self.stage_dir(key) / "candidates" / run_id
@@ -152,7 +176,7 @@ class PipelineStorage(dg.ConfigurableResource):
         """
         if timeout is None:
             timeout = float(os.environ.get(ENV_LOCK_TIMEOUT) or DEFAULT_LOCK_TIMEOUT)
-        path = self.base / "locks" / f"{key}.lock"
+        path = self.base / "locks" / f"{checked_key(key)}.lock"
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -178,10 +202,10 @@ class PipelineStorage(dg.ConfigurableResource):
     # ------------------------------------------------------------------ files
 
     def run_path(self, key: str) -> Path:
-        return self.inbox / f"{key}{RUN_SUFFIX}"
+        return self.inbox / f"{checked_key(key)}{RUN_SUFFIX}"
 
     def run_meta_path(self, key: str) -> Path:
-        return self.inbox / f"{key}{META_SUFFIX}"
+        return self.inbox / f"{checked_key(key)}{META_SUFFIX}"
 
     def stage_path(self, key: str, name: str) -> Path:
         """``stage_path(key, "scored")`` -> ``stages/<key>/scored.jsonl``."""
@@ -229,7 +253,7 @@ class PipelineStorage(dg.ConfigurableResource):
         """
         source = Path(source)
         require_file(source, "run file", "pass the path of a .jsonl run")
-        key = partition_key_for(name or source)
+        key = partition_key_for_name(name) if name else partition_key_for(source)
         dest = self.run_path(key)
         meta_src = meta_path_for(source)
         meta_dest = self.run_meta_path(key)
