@@ -400,7 +400,7 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     else:
         assert o.rows is None, "no pairs left: nothing is written (spec 7.3 step 9)"
 
-    ours_rep = H.pop_d15_d6(o.report, rows_read=sum(isinstance(p, dict) for p in pairs), written=o.raw,
+    ours_rep = H.pop_d15_d6(o.report, rows_read=len(pairs), written=o.raw,  # every entry, as for rows
                             path_source=None, sp_source="argument" if system_prompt is not None else "none",
                             tools_source="argument" if tools is not None else "none")
     if pred:

@@ -61,9 +61,11 @@ def run(fn: Callable, *args, output: Path | None = None, pass_output: bool = Tru
 
 
 def parse_jsonl_lenient(raw: bytes) -> list:
-    """Parse a JSONL file the way any Python consumer would (bare NaN/Infinity accepted)."""
+    """Parse a JSONL file the way any Python consumer would (bare NaN/Infinity accepted). Lines end at
+    ``\n`` only: ``str.splitlines`` would also cut at U+2028, U+2029 and U+0085, which UTF-8 JSON
+    holds raw inside strings."""
     text = raw.decode("utf-8")
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [json.loads(line) for line in text.split("\n") if line.strip()]
 
 
 def _no_constants(tok):
