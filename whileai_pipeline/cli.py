@@ -46,6 +46,24 @@ def _run_file(path) -> Path:
     return path
 
 
+def _storage(home):
+    """The storage under ``home`` (else ``$WHILEAI_PIPELINE_HOME`` or ./whileai_data), its root created;
+    a UsageError when that root cannot be a folder of ours (a file there, no such place, no rights)."""
+    from whileai_pipeline.defs.resources import ENV_HOME, PipelineStorage
+
+    storage = PipelineStorage(root=str(home) if home else None)
+    try:
+        storage.base.mkdir(parents=True, exist_ok=True)
+        if not os.access(storage.base, os.W_OK | os.X_OK):
+            raise PermissionError("not writable")
+    except OSError as exc:
+        is_file = storage.base.exists() and not storage.base.is_dir()
+        reason = "a file is there, not a folder" if is_file else exc.strerror or str(exc)
+        raise UsageError(f"cannot keep the pipeline's files under {storage.base} ({reason}): pass --home DIR, or set "
+                         f"${ENV_HOME}, naming a folder you can write") from None
+    return storage
+
+
 def _load_config_file(path) -> dict:
     path = Path(path)
     if not path.is_file():
@@ -173,6 +191,8 @@ def _failure_lines(result):
     for event in result.all_events:
         if event.event_type_value == "STEP_FAILURE" and "DagsterAssetCheckFailedError" not in str(event.event_specific_data):
             err = getattr(event.event_specific_data, "error", None)
+            while err is not None and err.cause is not None and "StepExecutionError" in (err.cls_name or ""):
+                err = err.cause  # Dagster's wrapper only says which op: show what went wrong in it
             message = err.message.strip().splitlines()[0] if err and err.message else "failed"
             message = message.removeprefix("dagster._core.definitions.events.Failure: ")
             lines.append(f"  step {event.step_key} failed: {message}")
@@ -185,7 +205,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     Raises ``UsageError`` for bad usage (missing file, bad config) before anything runs."""
     out = out or sys.stdout
     from whileai_pipeline.defs.config import ConfigFileError, flat_to_run_config
-    from whileai_pipeline.defs.resources import PipelineStorage, partition_key_for, partition_key_for_name
+    from whileai_pipeline.defs.resources import partition_key_for, partition_key_for_name
 
     path = _run_file(path)
     options = _load_config_file(config_file) if config_file else {}
@@ -201,7 +221,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
 
     from whileai_pipeline.definitions import defs
 
-    storage = PipelineStorage(root=str(home) if home else None)
+    storage = _storage(home)
     if not verbose:
         run_config = {**run_config, "loggers": {"console": {"config": {"log_level": "ERROR"}}}}
     job = defs.resolve_job_def("simulation_chain")
@@ -275,11 +295,9 @@ def _attach_progress_bars(out):
 
 def register_only(path, *, name=None, home=None, out=None) -> int:
     out = out or sys.stdout
-    from whileai_pipeline.defs.resources import PipelineStorage
-
     path = _run_file(path)
     _quiet_dagster()
-    storage = PipelineStorage(root=str(home) if home else None)
+    storage = _storage(home)
     try:
         with _instance(storage) as instance:
             key = _register(storage, instance, path, name)

@@ -252,3 +252,33 @@ def test_names_with_dots_register_distinct_runs(home, tmp_path, monkeypatch, cap
         assert cli_module.main(["register", str(SAMPLE), "--name", name]) == 0, capsys.readouterr().err
     assert sorted(p.name for p in (home / "inbox").glob("*.jsonl")) == [
         "nightly.2026-01-01.jsonl", "nightly.2026-01-02.jsonl", "v1.5.jsonl"]
+
+
+def test_a_storage_root_that_cannot_be_a_folder_is_bad_usage(home, tmp_path, monkeypatch, capsys):
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    a_file = tmp_path / "not_a_dir"
+    a_file.write_text("hi")
+    for args in (["run", str(SAMPLE), "--home", str(a_file)], ["register", str(SAMPLE), "--home", str(a_file)]):
+        assert cli_module.main(args) == 2
+        assert (f"whileai-pipeline: error: cannot keep the pipeline's files under {a_file} (a file is there, not "
+                "a folder): pass --home DIR, or set $WHILEAI_PIPELINE_HOME, naming a folder you can write") \
+            in capsys.readouterr().err
+    monkeypatch.setenv("WHILEAI_PIPELINE_HOME", str(a_file / "below"))
+    assert cli_module.main(["register", str(SAMPLE)]) == 2
+    assert f"under {a_file / 'below'} (Not a directory)" in capsys.readouterr().err
+
+
+def test_a_step_that_raises_is_reported_with_its_own_error(home, tmp_path, monkeypatch):
+    """Not Dagster's 'Error occurred while executing op': the error the step raised."""
+    from whileai_pipeline.cli import run_chain
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    (tmp_path / "down_scorer.py").write_text("def score(row):\n    raise RuntimeError('the scorer service is down')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = tmp_path / "opts.yaml"
+    config.write_text("scorer: down_scorer:score\n")
+    out = io.StringIO()
+    assert run_chain(SAMPLE, config_file=config, home=home, out=out) == 1
+    assert "  step scored_simulation_data failed: RuntimeError: the scorer service is down\n" in out.getvalue()

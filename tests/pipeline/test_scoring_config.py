@@ -84,6 +84,13 @@ def test_flat_config_maps_to_each_asset():
                 {"scorer": "magic"}, {"judge": "nocolon"}, {"sft_rows": "some"}, [1]):
         with pytest.raises(ConfigFileError):
             flat_to_run_config(bad)
+    # Dagster's own form gets the same value checks (Dagster alone checks types, not values)
+    for op, values in (("preference_pairs", {"min_margin": -1}), ("sft_export", {"mask_mode": "all"}),
+                       ("sft_export", {"formats": ["csv"]})):
+        with pytest.raises(ConfigFileError, match=f"^bad value for {op}: |mask_mode must be one of"):
+            flat_to_run_config({"ops": {op: {"config": values}}})
+    good = {"ops": {"preference_pairs": {"config": {"min_margin": 0.5}}}}
+    assert flat_to_run_config(good) == good
 
 
 def test_partition_keys_and_sidecars(tmp_path):
