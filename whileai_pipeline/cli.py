@@ -181,6 +181,18 @@ def _export_lines(result, storage, key):
     return lines
 
 
+def _named_as_given(line, storage, key, path):
+    """``line`` with the inbox copy of the run (and of its sidecar) named as the file the user gave:
+    the copy is byte for byte that file, so a line number holds, and fixing the copy would not help
+    (the next ``run FILE`` copies the original over it)."""
+    from whileai_pipeline.defs.resources import meta_path_for
+
+    for copy, given in ((storage.run_path(key), path), (storage.run_meta_path(key), meta_path_for(path))):
+        if copy.resolve() != Path(given).resolve():
+            line = line.replace(str(copy), str(given))
+    return line
+
+
 def _failure_lines(result):
     """(the assets a blocking gate stopped, one line per failed gate or step)."""
     lines, blocked = [], set()
@@ -260,7 +272,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
         return EXIT_OK
     blocked, lines = _failure_lines(result)
     for line in lines:
-        print(line, file=out)
+        print(_named_as_given(line, storage, key, path), file=out)
     if blocked:
         names = " and ".join(sorted(blocked, key=lambda a: (a != "sft_export", a)))
         print(f"a gate blocked {names}: {'its' if len(blocked) == 1 else 'their'} published files were left "

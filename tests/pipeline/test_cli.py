@@ -282,3 +282,23 @@ def test_a_step_that_raises_is_reported_with_its_own_error(home, tmp_path, monke
     out = io.StringIO()
     assert run_chain(SAMPLE, config_file=config, home=home, out=out) == 1
     assert "  step scored_simulation_data failed: RuntimeError: the scorer service is down\n" in out.getvalue()
+
+
+def test_errors_name_the_files_the_user_gave_not_their_inbox_copies(home, tmp_path, monkeypatch):
+    from whileai_pipeline.cli import run_chain
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    src = tmp_path / "night.jsonl"
+    lines = SAMPLE.read_bytes().splitlines(keepends=True)
+    src.write_bytes(b"".join(lines[:2] + [b'{"prompt": \n'] + lines[2:]))
+    out = io.StringIO()
+    assert run_chain(src, home=home, out=out) == 1
+    assert f"  step raw_simulation_data failed: bad_jsonl: {src}:3: " in out.getvalue(), out.getvalue()
+    assert str(home / "inbox") not in out.getvalue().split("dagster run")[1]
+    src.write_bytes(SAMPLE.read_bytes())
+    src.with_name("night.meta.json").write_text('{"system_prompt": ')
+    out = io.StringIO()
+    assert run_chain(src, home=home, out=out) == 1
+    assert (f"  step raw_simulation_data failed: bad_sidecar: {src.with_name('night.meta.json')}: not valid JSON "
+            "(") in out.getvalue(), out.getvalue()
+    assert "each line must be one JSON object" not in out.getvalue()

@@ -72,7 +72,8 @@ def read_sidecar_file(meta):
     try:
         data = read_json(meta)
     except ValueError as exc:
-        raise ValueError(f"bad_sidecar: {meta}: not valid JSON ({exc}); fix or delete the sidecar") from None
+        reason = getattr(exc, "reason", exc)  # a BadJsonlError's own words, without its advice about lines
+        raise ValueError(f"bad_sidecar: {meta}: not valid JSON ({reason}); fix or delete the sidecar") from None
     if not isinstance(data, dict):
         raise ValueError(f"bad_sidecar: {meta}: expected a JSON object with system_prompt and tools, "
                          f"got {type(data).__name__}; fix or delete the sidecar")

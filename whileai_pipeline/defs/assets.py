@@ -101,7 +101,7 @@ def _snapshot_sidecar(meta_src, meta_snapshot):
         return read_sidecar_file(meta_snapshot)
     except (ValueError, OSError) as exc:
         message = str(exc).replace(str(meta_snapshot), str(meta_src))
-        raise dg.Failure(description=f"unreadable sidecar {meta_src}: {message}") from None
+        raise dg.Failure(description=message) from None  # bad_sidecar: <the sidecar>: what is wrong
 
 
 @dg.asset(
