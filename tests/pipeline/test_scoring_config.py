@@ -214,3 +214,33 @@ def test_pairwise_judge_and_ties(chain, tmp_path, monkeypatch):
     assert dpo["status"].value == "nothing to publish"
     # the earlier published DPO file is left as it was (nothing new to publish)
     assert chain.storage.published_path(key, "dpo", "openai").is_file()
+
+
+def test_a_judge_that_never_answers_fails_the_pairs_step_and_one_that_sometimes_fails_warns(chain, tmp_path,
+                                                                                            monkeypatch):
+    (tmp_path / "flaky_judges.py").write_text(
+        "calls = []\n"
+        "def broken(a, b):\n"
+        "    raise RuntimeError('OPENAI_API_KEY is not set')\n"
+        "def flaky(a, b):\n"
+        "    calls.append(1)\n"
+        "    if len(calls) <= 2:\n"
+        "        raise TimeoutError('judge timed out')\n"
+        "    return {'winner': 'A', 'reason': 'ok'}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    key = chain.register()
+    broken = chain.materialize(key, run_config={"ops": {"preference_pairs": {"config": {"judge": "flaky_judges:broken"}}}})
+    assert not broken.success
+    failure = next(e for e in broken.all_events if e.event_type_value == "STEP_FAILURE")
+    assert failure.step_key == "preference_pairs"
+    assert ("judge_failed: the judge flaky_judges:broken could not judge 8 of 8 pairs (first: RuntimeError: "
+            "OPENAI_API_KEY is not set). Fix the judge") in failure.event_specific_data.error.message
+    assert "dpo_export" not in {e.step_key for e in broken.all_events if e.event_type_value == "STEP_START"}
+    flaky = chain.materialize(key, run_config={"ops": {"preference_pairs": {"config": {"judge": "flaky_judges:flaky"}}}},
+                              selection=["preference_pairs"])
+    assert flaky.success
+    assert materialization(flaky, "preference_pairs")["judge_report"].value["failed"] == 1
+    warnings = [e.message for e in chain.instance.all_logs(flaky.run_id) if "could not judge" in (e.message or "")]
+    assert any("the judge flaky_judges:flaky could not judge 1 of 8 pairs (first: TimeoutError: judge timed out)"
+               in w for w in warnings), warnings

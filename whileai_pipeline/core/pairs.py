@@ -378,6 +378,7 @@ class PairwiseJudging:
         self.n = self.judged = self.failed = self.flips = self.both_swapped = 0
         self.ties = self.agrees = self.prefers_rejected = 0
         self.disagreements = []
+        self.first_failure = None  # why the first pair the judge could not judge was not judged
 
     def add(self, pair):
         """Judge one pair (both orders unless ``swap`` is off); writes ``pairwise`` and ``tie`` onto it."""
@@ -403,6 +404,7 @@ class PairwiseJudging:
         pair["tie"] = winner == "tie"
         if winner is None:
             self.failed += 1
+            self.first_failure = self.first_failure or "; ".join(dict.fromkeys(r for r in reasons if r)) or "no verdict"
             return
         self.judged += 1
         self.ties += winner == "tie"
@@ -447,7 +449,8 @@ def judge_pairs_file(source, output, judge=None, *, swap=True, examples=10, posi
     """``judge_pairs`` from a pairs file to a pairs file, one pair at a time: memory does not grow with
     the pairs. ``output`` may be ``source`` (it is replaced whole once every pair is judged).
 
-    Returns the judge report plus ``path``, ``n_written``, ``sha256`` and ``ties`` (pairs judged a tie).
+    Returns the judge report plus ``path``, ``n_written``, ``sha256``, ``ties`` (pairs judged a tie) and
+    ``first_failure`` (what the judge said or raised on the first pair it could not judge, or None).
     """
     from .jsonl import atomic_file, dumps_line, iter_jsonl
 
@@ -465,7 +468,8 @@ def judge_pairs_file(source, output, judge=None, *, swap=True, examples=10, posi
             digest.update(line)
             out.write(line)
     report = judging.report(position_flip_flag, prefers_rejected_flag)
-    report.update(path=str(output), n_written=judging.n, sha256=digest.hexdigest(), ties=judging.ties)
+    report.update(path=str(output), n_written=judging.n, sha256=digest.hexdigest(), ties=judging.ties,
+                  first_failure=judging.first_failure)
     return report
 
 

@@ -340,7 +340,14 @@ def preference_pairs(
         except (ScorerError, ValueError) as exc:
             raise _library_failure(exc, "judge_pairs") from None
         sha256, ties = judged["sha256"], judged["ties"]
-        judge_report = {k: v for k, v in judged.items() if k not in written}
+        judge_report = {k: v for k, v in judged.items() if k not in (*written, "first_failure")}
+        if judged["failed"]:
+            said = (f"the judge {config.judge} could not judge {judged['failed']} of {judged['n']} pairs "
+                    f"(first: {judged['first_failure']})")
+            if not judged["n_judged"]:  # a judge that never answers is a broken judge, not a verdict
+                raise dg.Failure(description=f"judge_failed: {said}. Fix the judge (its key, its endpoint) or "
+                                 "remove it from the config, then materialize again.")
+            context.log.warning(f"{said}; those pairs keep the order their rewards gave them")
     _stage_sidecar(scored, path)  # export_preference reads the system prompt and tools from it
     metadata = {
         "dagster/row_count": n_pairs,
