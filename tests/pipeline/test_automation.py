@@ -218,3 +218,42 @@ def test_a_run_that_changes_while_it_is_staged_fails_and_keeps_the_previous_stag
     assert stage.read_bytes() == staged
     assert stage_meta.read_bytes() == staged_meta
     assert sorted(p.name for p in stage.parent.iterdir() if p.name.startswith(".")) == []
+
+
+def test_content_that_comes_back_is_a_new_version_with_its_own_run_key(storage, instance):
+    """A, then B, then A again: Dagster never launches a sensor's run key twice, so the third version
+    needs a key of its own, or the inbox would say A while stages and exports keep B."""
+    storage.inbox.mkdir(parents=True)
+    run = storage.inbox / "night.jsonl"
+    version_b = SAMPLE.read_bytes() + b'{"prompt": "one more", "final_text": "ok", "reward": 1}\n'
+    keys, cursor = [], None
+    for content in (SAMPLE.read_bytes(), version_b, SAMPLE.read_bytes()):
+        run.write_bytes(content)
+        _age(run)
+        result = _evaluate(inbox_sensor, instance, storage, cursor=cursor)
+        _apply(instance, result)
+        cursor = result.cursor
+        (request,) = result.run_requests
+        keys.append(request.run_key)
+    sha_a = hashlib.sha256(SAMPLE.read_bytes()).hexdigest()[:16]
+    assert keys == [f"night:{sha_a}", f"night:{hashlib.sha256(version_b).hexdigest()[:16]}:v2", f"night:{sha_a}:v3"]
+
+
+def test_inbox_files_the_sensor_cannot_take_are_named_once(storage, instance):
+    storage.inbox.mkdir(parents=True)
+    for name in ("a_b.jsonl", "a b.jsonl", "---.jsonl"):
+        _drop(SAMPLE, storage.inbox / name)
+    with dg.build_sensor_context(instance=instance, resources={"storage": storage}) as context:
+        with pytest.MonkeyPatch.context() as mp:
+            said = []
+            mp.setattr(context.log, "warning", said.append)
+            first = inbox_sensor(context)
+    assert [r.partition_key for r in first.run_requests] == ["a_b"]
+    assert said == ["inbox files the sensor cannot take: ---.jsonl: its name gives no run name (use letters, "
+                    "digits, _ . -); a b.jsonl: its run name 'a_b' is a_b.jsonl's; rename one of them"]
+    with dg.build_sensor_context(instance=instance, cursor=first.cursor, resources={"storage": storage}) as context:
+        with pytest.MonkeyPatch.context() as mp:
+            said = []
+            mp.setattr(context.log, "warning", said.append)
+            inbox_sensor(context)
+    assert said == []  # the same files: not said again at every tick

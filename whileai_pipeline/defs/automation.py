@@ -18,7 +18,7 @@ import orjson
 
 from .assets import ASSET_NAMES, dpo_export, raw_simulation_data, sft_export
 from .partitions import PARTITIONS_NAME
-from .resources import ENV_SETTLE, PipelineStorage, fingerprint, meta_path_for
+from .resources import ENV_SETTLE, RUN_SUFFIX, PipelineStorage, fingerprint, meta_path_for, partition_key_for
 
 ENV_CRON = "WHILEAI_PIPELINE_CRON"
 DEFAULT_CRON = "0 3 * * *"
@@ -70,6 +70,29 @@ def _settling(sig, now_ns, settle) -> bool:
     return now_ns - newest < settle * 1e9
 
 
+IGNORED = "_ignored"  # the cursor's list of inbox files not taken (no key starts with "_")
+
+
+def _ignored_inbox_files(storage, runs) -> list:
+    """``[name, why]`` for each inbox run file the sensor does not take (its name gives no run name, or
+    another file's name gives the same one)."""
+    if not storage.inbox.is_dir():
+        return []
+    taken = {path: key for key, path in runs}
+    by_key = {key: path for key, path in runs}
+    out = []
+    for path in sorted(storage.inbox.glob(f"*{RUN_SUFFIX}")):
+        if path in taken or not path.is_file() or path.name.startswith("."):
+            continue
+        try:
+            key = partition_key_for(path)
+        except ValueError:
+            out.append([path.name, "its name gives no run name (use letters, digits, _ . -)"])
+            continue
+        out.append([path.name, f"its run name {key!r} is {by_key[key].name}'s; rename one of them"])
+    return out
+
+
 def _already_materialized(instance, key, fp) -> bool:
     """True when raw_simulation_data's latest materialization for ``key`` read exactly this content
     (e.g. the CLI ran it), so the sensor does not request the same work again."""
@@ -95,7 +118,13 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
     registered = set(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
     settle, now_ns = settle_seconds(), time.time_ns()
     new_keys, requests, cursor, settling = [], [], {}, []
-    for key, path in storage.inbox_runs():
+    runs = storage.inbox_runs()
+    ignored = _ignored_inbox_files(storage, runs)
+    if ignored and ignored != seen.get(IGNORED):  # said once, not at every tick
+        context.log.warning("inbox files the sensor cannot take: " + "; ".join(f"{n}: {why}" for n, why in ignored))
+    if ignored:
+        cursor[IGNORED] = ignored
+    for key, path in runs:
         try:
             sig = _signature(path)
         except FileNotFoundError:  # removed while we looked
@@ -110,15 +139,20 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
             settling.append(key)
             continue
         fp = fingerprint(path)
-        cursor[key] = {"sig": sig, "fp": fp}
         if prev and prev.get("fp") == fp:
+            cursor[key] = {**prev, "sig": sig}
             continue  # touched, not changed
+        # versions seen of this run: content that comes back (A, B, A) is a new version with a new run
+        # key, as Dagster never launches a sensor's run key twice
+        version = prev.get("n", 1) + 1 if prev else 1
+        cursor[key] = {"sig": sig, "fp": fp, "n": version}
         if key in registered and _already_materialized(context.instance, key, fp):
             continue
         if key not in registered and key not in new_keys:
             new_keys.append(key)
+        run_key = f"{key}:{fp[:16]}" if version == 1 else f"{key}:{fp[:16]}:v{version}"
         requests.append(
-            dg.RunRequest(run_key=f"{key}:{fp[:16]}", partition_key=key,
+            dg.RunRequest(run_key=run_key, partition_key=key,
                           tags={"whileai/run_file": str(path), "whileai/fingerprint": fp})
         )
     partitions = [dg.AddDynamicPartitionsRequest(PARTITIONS_NAME, new_keys)] if new_keys else []
