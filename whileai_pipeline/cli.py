@@ -111,15 +111,22 @@ def _instance(storage):
 
 
 @contextlib.contextmanager
-def _exclusive(lock_path):
-    """Hold an exclusive lock on ``lock_path`` (a no-op where ``fcntl`` does not exist)."""
+def _exclusive(lock_path, on_wait=None):
+    """Hold an exclusive lock on ``lock_path`` (a no-op where ``fcntl`` does not exist); ``on_wait()``
+    is called first when another process holds it."""
     try:
         import fcntl
     except ImportError:  # not Linux or macOS
         yield
         return
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
         finally:
@@ -142,8 +149,13 @@ def _register(storage, instance, path, name=None) -> str:
 
 
 def _export_lines(result, storage, key):
-    """One line per export format: where it went."""
+    """One line per export format: where it went (after a line on quarantined input, if any)."""
     lines = []
+    for event in result.get_asset_materialization_events():
+        md = event.materialization.metadata
+        if event.asset_key.to_user_string() == "raw_simulation_data" and md.get("quarantined_lines"):
+            lines.append(f"  raw_simulation_data: WARNING {md['quarantined_lines'].value} unreadable line(s) left out, "
+                         f"recorded in {md['quarantine_path'].value}")
     for asset in ("sft_export", "dpo_export"):
         mats = [e for e in result.get_asset_materialization_events()
                 if e.asset_key.to_user_string() == asset]
@@ -223,7 +235,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     options = _load_config_file(config_file) if config_file else {}
     try:
         run_config = flat_to_run_config(options)
-        partition_key_for_name(name) if name else partition_key_for(path)
+        key = partition_key_for_name(name) if name else partition_key_for(path)
     except (ConfigFileError, ValueError) as exc:
         raise UsageError(str(exc)) from None
 
@@ -240,7 +252,9 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     if not verbose and out.isatty():
         _attach_progress_bars(out)
     capture = contextlib.nullcontext() if verbose else contextlib.redirect_stderr(io.StringIO())
-    with _instance(storage) as instance:
+    # One command at a time per run name, from registering to the last step: another command's register
+    # would replace the inbox file while this run's steps read it.
+    with _one_command(storage, key, out), _instance(storage) as instance:
         try:
             key = _register(storage, instance, path, name)
         except ValueError as exc:  # e.g. source_changed: the file is still being written
@@ -305,13 +319,25 @@ def _attach_progress_bars(out):
     attach_terminal_bars(lambda what: tqdm(desc=what, unit=" rows", file=out, leave=False, dynamic_ncols=True))
 
 
+def _one_command(storage, key, out):
+    return _exclusive(storage.base / "locks" / f"{key}.command.lock",
+                      lambda: print(f"waiting for another whileai-pipeline command on run {key!r} to finish",
+                                    file=out, flush=True))
+
+
 def register_only(path, *, name=None, home=None, out=None) -> int:
+    from whileai_pipeline.defs.resources import partition_key_for, partition_key_for_name
+
     out = out or sys.stdout
     path = _run_file(path)
+    try:
+        key = partition_key_for_name(name) if name else partition_key_for(path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     _quiet_dagster()
     storage = _storage(home)
     try:
-        with _instance(storage) as instance:
+        with _one_command(storage, key, out), _instance(storage) as instance:
             key = _register(storage, instance, path, name)
     except ValueError as exc:
         raise UsageError(str(exc)) from None

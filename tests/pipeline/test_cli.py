@@ -302,3 +302,18 @@ def test_errors_name_the_files_the_user_gave_not_their_inbox_copies(home, tmp_pa
     assert (f"  step raw_simulation_data failed: bad_sidecar: {src.with_name('night.meta.json')}: not valid JSON "
             "(") in out.getvalue(), out.getvalue()
     assert "each line must be one JSON object" not in out.getvalue()
+
+
+def test_the_cli_says_how_many_lines_were_quarantined(home, tmp_path, monkeypatch):
+    from whileai_pipeline.cli import run_chain
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    src = tmp_path / "night.jsonl"
+    lines = SAMPLE.read_bytes().splitlines(keepends=True)
+    src.write_bytes(b"".join(lines[:2] + [b"not json\n"] + lines[2:]))
+    config = tmp_path / "opts.yaml"
+    config.write_text("on_bad_line: quarantine\n")
+    out = io.StringIO()
+    assert run_chain(src, config_file=config, home=home, out=out) == 0
+    assert (f"  raw_simulation_data: WARNING 1 unreadable line(s) left out, recorded in "
+            f"{home / 'stages' / 'night' / 'quarantine.jsonl'}\n") in out.getvalue(), out.getvalue()

@@ -121,3 +121,32 @@ def test_two_commands_on_a_fresh_root_create_its_dagster_databases_once(tmp_path
         later = subprocess.run([sys.executable, "-c", script, SAMPLE, "three"], env=env, capture_output=True,
                                text=True, timeout=300)
         assert later.returncode == 0, later.stderr
+
+
+def test_a_second_command_on_the_same_run_waits_for_the_first(tmp_path, monkeypatch):
+    """``run`` copies the file into the inbox, then its steps read that copy: another command's copy in
+    between made one command export the other's file, both exiting 0. A command now holds its run's
+    command lock from the copy to the last step."""
+    import io
+    import threading
+
+    from whileai_pipeline import cli
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    home = tmp_path / "home"
+    lock = home / "locks" / "night.command.lock"
+    lock.parent.mkdir(parents=True)
+    src = tmp_path / "night.jsonl"
+    with open(SAMPLE, "rb") as fh:
+        src.write_bytes(fh.read())
+    out, done = io.StringIO(), threading.Event()
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a first command on run "night" would hold it
+        thread = threading.Thread(target=lambda: (cli.register_only(src, home=home, out=out), done.set()))
+        thread.start()
+        assert not done.wait(1.0), "registered while another command held the run"
+        assert out.getvalue() == "waiting for another whileai-pipeline command on run 'night' to finish\n"
+        assert not (home / "inbox" / "night.jsonl").exists()
+        fcntl.flock(held, fcntl.LOCK_UN)
+    thread.join(60)
+    assert done.is_set() and (home / "inbox" / "night.jsonl").is_file()
