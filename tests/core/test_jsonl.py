@@ -79,3 +79,34 @@ def test_the_umask_is_read_as_os_umask_sets_it():
         assert _process_umask() == 0o077
     finally:
         os.umask(current)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_output_with_a_long_name_is_written_and_its_leftovers_found(tmp_path, workers):
+    """A name of 240 bytes is a valid file name; the temp file beside it (and a worker's part) used to
+    be longer than the 255 bytes a name may have."""
+    import whileai_pipeline.simulations as wai
+    from whileai_pipeline.core.jsonl import clean_stale_temps, temp_beside
+
+    rows = [{"prompt": "p", "final_text": "a", "scenario_id": f"s{i}"} for i in range(3)]
+    run = tmp_path / "run.jsonl"
+    write_jsonl(run, rows)
+    out = tmp_path / ("é" * 100 + "x" * 35 + ".jsonl")
+    assert len(out.name.encode()) == 241
+    assert wai.export_dataset(run, out, workers=workers)["n_written"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["run.jsonl", out.name])
+    fd, leftover = temp_beside(out)
+    os.close(fd)
+    dead = leftover.replace(f".{os.getpid()}.", ".999999999.")  # as a killed writer would leave it
+    os.rename(leftover, dead)
+    assert clean_stale_temps(out) == [os.path.basename(dead)]
+
+
+def test_a_name_too_long_for_the_filesystem_says_so():
+    import errno
+
+    from whileai_pipeline.core.errors import WriteFailedError
+
+    message = str(WriteFailedError("x" * 300, OSError(errno.ENAMETOOLONG, "File name too long")))
+    assert message.endswith("File name too long; nothing was published and any previous file there is unchanged. "
+                            "Choose a shorter file name, then export again.")

@@ -1,5 +1,7 @@
 """Errors a user can cause. Each message starts with a stable token callers can match on (DECISIONS 14)."""
 
+import errno
+
 
 class ExportError(ValueError):
     """Base of every error this library raises on purpose."""
@@ -27,10 +29,24 @@ class WriteFailedError(ExportError):
 
     def __init__(self, dest, exc):
         self.dest = str(dest)
+        advice = _WRITE_ADVICE.get(getattr(exc, "errno", None),
+                                   "Free disk space or choose a writable output directory")
         super().__init__(
             f"write_failed: {dest}: {exc.strerror or exc}; nothing was published and any previous file "
-            "there is unchanged. Free disk space or choose a writable output directory, then export again."
+            f"there is unchanged. {advice}, then export again."
         )
+
+
+_WRITE_ADVICE = {
+    errno.ENOSPC: "Free disk space, or write to a disk with room",
+    errno.EDQUOT: "Free space within your quota, or write to a disk with room",
+    errno.EACCES: "Choose an output directory you can write",
+    errno.EPERM: "Choose an output directory you can write",
+    errno.EROFS: "Choose an output directory on a writable disk",
+    errno.ENAMETOOLONG: "Choose a shorter file name",
+    errno.ENOENT: "Choose an output directory that exists or can be created",
+    errno.EISDIR: "Name a file, not a directory, as the output",
+}
 
 
 class OutputIsSourceError(ExportError):

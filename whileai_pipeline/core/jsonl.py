@@ -307,7 +307,8 @@ def temp_beside(dest, kind="tmp"):
     """
     dest = Path(dest)
     clean_stale_temps(dest)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.{os.getpid()}.", suffix=f".{kind}{TMP_SUFFIX}", dir=dest.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f"{_temp_prefix(dest)}{os.getpid()}.", suffix=f".{kind}{TMP_SUFFIX}",
+                               dir=dest.parent)
     try:
         try:
             mode = os.stat(dest).st_mode & 0o7777
@@ -338,7 +339,7 @@ def clean_stale_temps(dest) -> list:
     """Delete temp files a killed writer left beside ``dest`` (their pid is gone); returns their names."""
     dest = Path(dest)
     removed = []
-    prefix = f".{dest.name}."
+    prefix = _temp_prefix(dest)
     try:
         names = os.listdir(dest.parent)
     except OSError:
@@ -353,6 +354,16 @@ def clean_stale_temps(dest) -> list:
             os.unlink(dest.parent / name)
             removed.append(name)
     return removed
+
+
+def _temp_prefix(dest) -> str:
+    """``.<name>.`` for the temp files beside ``dest``; a long name is cut (and a digest of it kept), so
+    the temp file and its worker parts stay within the 255 bytes a file name may have."""
+    name = dest.name
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) > 100:
+        name = raw[:60].decode("utf-8", "ignore") + "~" + hashlib.sha1(raw).hexdigest()[:12]
+    return f".{name}."
 
 
 def _alive(pid) -> bool:
