@@ -236,6 +236,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     try:
         run_config = flat_to_run_config(options)
         key = partition_key_for_name(name) if name else partition_key_for(path)
+        _import_callables(run_config)
     except (ConfigFileError, ValueError) as exc:
         raise UsageError(str(exc)) from None
 
@@ -317,6 +318,19 @@ def _attach_progress_bars(out):
     from whileai_pipeline.core.progress import attach_terminal_bars
 
     attach_terminal_bars(lambda what: tqdm(desc=what, unit=" rows", file=out, leave=False, dynamic_ncols=True))
+
+
+def _import_callables(run_config):
+    """Import the configured scorer and judge now: one that cannot be imported is bad usage, found
+    before the run starts rather than two steps into it (ScorerError is a ValueError)."""
+    from whileai_pipeline.core.scoring import load_callable, resolve_scorer
+
+    ops = run_config.get("ops") or {}
+    config = lambda op: (ops.get(op) or {}).get("config") or {}  # noqa: E731
+    if config("scored_simulation_data").get("scorer"):
+        resolve_scorer(config("scored_simulation_data")["scorer"])
+    if config("preference_pairs").get("judge"):
+        load_callable(config("preference_pairs")["judge"], "judge")
 
 
 def _one_command(storage, key, out):

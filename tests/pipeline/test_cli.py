@@ -317,3 +317,17 @@ def test_the_cli_says_how_many_lines_were_quarantined(home, tmp_path, monkeypatc
     assert run_chain(src, config_file=config, home=home, out=out) == 0
     assert (f"  raw_simulation_data: WARNING 1 unreadable line(s) left out, recorded in "
             f"{home / 'stages' / 'night' / 'quarantine.jsonl'}\n") in out.getvalue(), out.getvalue()
+
+
+def test_a_scorer_or_judge_that_cannot_be_imported_is_bad_usage_before_anything_runs(home, tmp_path, monkeypatch,
+                                                                                       capsys):
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    for option, said in (("scorer: nosuchmod:score", "scorer 'nosuchmod:score': cannot import 'nosuchmod'"),
+                         ("judge: json:no_such_judge", "judge 'json:no_such_judge': 'json' has no attribute")):
+        config = tmp_path / "opts.yaml"
+        config.write_text(option + "\n")
+        assert cli_module.main(["run", str(SAMPLE), "--config", str(config), "--home", str(home)]) == 2
+        assert f"whileai-pipeline: error: {said}" in capsys.readouterr().err
+    assert not home.exists()
