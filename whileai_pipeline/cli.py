@@ -153,7 +153,8 @@ def _export_lines(result, storage, key):
     lines = []
     for event in result.get_asset_materialization_events():
         md = event.materialization.metadata
-        if event.asset_key.to_user_string() == "raw_simulation_data" and md.get("quarantined_lines"):
+        quarantined = md.get("quarantined_lines")  # a MetadataValue: true even when it holds 0
+        if event.asset_key.to_user_string() == "raw_simulation_data" and quarantined is not None and quarantined.value:
             lines.append(f"  raw_simulation_data: WARNING {md['quarantined_lines'].value} unreadable line(s) left out, "
                          f"recorded in {md['quarantine_path'].value}")
     for asset in ("sft_export", "dpo_export"):
