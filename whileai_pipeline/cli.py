@@ -64,6 +64,16 @@ def _storage(home):
     return storage
 
 
+def _run_key(path, name) -> str:
+    """The run name a command will use: ``--name`` (only a .jsonl suffix dropped), else the file's."""
+    from whileai_pipeline.defs.resources import partition_key_for, partition_key_for_name
+
+    try:
+        return partition_key_for_name(name) if name else partition_key_for(path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _load_config_file(path) -> dict:
     path = Path(path)
     if not path.is_file():
@@ -230,13 +240,12 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     Raises ``UsageError`` for bad usage (missing file, bad config) before anything runs."""
     out = out or sys.stdout
     from whileai_pipeline.defs.config import ConfigFileError, flat_to_run_config
-    from whileai_pipeline.defs.resources import partition_key_for, partition_key_for_name
 
     path = _run_file(path)
+    key = _run_key(path, name)
     options = _load_config_file(config_file) if config_file else {}
     try:
         run_config = flat_to_run_config(options)
-        key = partition_key_for_name(name) if name else partition_key_for(path)
         _import_callables(run_config)
     except (ConfigFileError, ValueError) as exc:
         raise UsageError(str(exc)) from None
@@ -327,11 +336,14 @@ def _import_callables(run_config):
     from whileai_pipeline.core.scoring import load_callable, resolve_scorer
 
     ops = run_config.get("ops") or {}
-    config = lambda op: (ops.get(op) or {}).get("config") or {}  # noqa: E731
-    if config("scored_simulation_data").get("scorer"):
-        resolve_scorer(config("scored_simulation_data")["scorer"])
-    if config("preference_pairs").get("judge"):
-        load_callable(config("preference_pairs")["judge"], "judge")
+
+    def option(op, name):
+        return ((ops.get(op) or {}).get("config") or {}).get(name)
+
+    if option("scored_simulation_data", "scorer"):
+        resolve_scorer(option("scored_simulation_data", "scorer"))
+    if option("preference_pairs", "judge"):
+        load_callable(option("preference_pairs", "judge"), "judge")
 
 
 def _one_command(storage, key, out):
@@ -341,14 +353,9 @@ def _one_command(storage, key, out):
 
 
 def register_only(path, *, name=None, home=None, out=None) -> int:
-    from whileai_pipeline.defs.resources import partition_key_for, partition_key_for_name
-
     out = out or sys.stdout
     path = _run_file(path)
-    try:
-        key = partition_key_for_name(name) if name else partition_key_for(path)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    key = _run_key(path, name)
     _quiet_dagster()
     storage = _storage(home)
     try:

@@ -236,8 +236,8 @@ def test_quarantine_of_a_run_with_no_readable_line_keeps_the_previous_stage(publ
     stage = chain.storage.stage_path(key, "raw")
     staged = stage.read_bytes()
     chain.storage.run_path(key).write_bytes(b'{"prompt": "cut\n[1, 2]\n')
-    result = chain.materialize(key, run_config={"ops": {"raw_simulation_data": {"config": {"on_bad_line": "quarantine"}}}},
-                               selection=["raw_simulation_data"])
+    quarantine = {"ops": {"raw_simulation_data": {"config": {"on_bad_line": "quarantine"}}}}
+    result = chain.materialize(key, run_config=quarantine, selection=["raw_simulation_data"])
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert failure.event_specific_data.error.message.startswith(

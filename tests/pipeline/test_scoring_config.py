@@ -230,15 +230,17 @@ def test_a_judge_that_never_answers_fails_the_pairs_step_and_one_that_sometimes_
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     key = chain.register()
-    broken = chain.materialize(key, run_config={"ops": {"preference_pairs": {"config": {"judge": "flaky_judges:broken"}}}})
+    def judge(spec):
+        return {"ops": {"preference_pairs": {"config": {"judge": spec}}}}
+
+    broken = chain.materialize(key, run_config=judge("flaky_judges:broken"))
     assert not broken.success
     failure = next(e for e in broken.all_events if e.event_type_value == "STEP_FAILURE")
     assert failure.step_key == "preference_pairs"
     assert ("judge_failed: the judge flaky_judges:broken could not judge 8 of 8 pairs (first: RuntimeError: "
             "OPENAI_API_KEY is not set). Fix the judge") in failure.event_specific_data.error.message
     assert "dpo_export" not in {e.step_key for e in broken.all_events if e.event_type_value == "STEP_START"}
-    flaky = chain.materialize(key, run_config={"ops": {"preference_pairs": {"config": {"judge": "flaky_judges:flaky"}}}},
-                              selection=["preference_pairs"])
+    flaky = chain.materialize(key, run_config=judge("flaky_judges:flaky"), selection=["preference_pairs"])
     assert flaky.success
     assert materialization(flaky, "preference_pairs")["judge_report"].value["failed"] == 1
     warnings = [e.message for e in chain.instance.all_logs(flaky.run_id) if "could not judge" in (e.message or "")]

@@ -199,7 +199,8 @@ def schema_list(tools, what="tools"):
     tool_list = list(tools)
     if (i := _first_non_schema(tool_list)) is not None:  # written into every row, where no trainer reads it
         raise ExportError(f"{what} must be a list of tool schemas (JSON objects), but item {i} is "
-                          f"{type(tool_list[i]).__name__} {tool_list[i]!r:.60}: pass tools=[{{\"type\": \"function\", ...}}, ...]")
+                          f"{type(tool_list[i]).__name__} {tool_list[i]!r:.60}: "
+                          "pass tools=[{\"type\": \"function\", ...}, ...]")
     return tool_list
 
 

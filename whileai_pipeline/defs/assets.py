@@ -24,9 +24,8 @@ from whileai_pipeline.core.runs import read_sidecar_file
 from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callable, passing_rows_file, resolve_scorer,
                                            score_file, score_stats_of_file)
 
-from .config import DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreConfig, SftExportConfig
+from .config import FORMATS, DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreConfig, SftExportConfig
 from .partitions import simulation_runs
-from .config import FORMATS
 from .publishing import discard, failed_gates, publish, reject, rejected_dir_name, remove_other_formats
 from .resources import ENV_SETTLE, PartitionLockedError, PipelineStorage, copy_atomic, fingerprint, meta_path_for
 from .summaries import RawStats, dpo_numbers, export_summary_markdown, raw_facts, sft_numbers
@@ -243,7 +242,8 @@ def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> int:
             description=f"empty_run: none of the {bad} non-blank line(s) of {src} is a readable trajectory "
             f"(first: {first_bad}; all in {quarantine}); nothing was staged and the previous stage is "
             "unchanged. Fix the run file and materialize again.",
-            metadata={"path": dg.MetadataValue.path(str(src)), "quarantine_path": dg.MetadataValue.path(str(quarantine))})
+            metadata={"path": dg.MetadataValue.path(str(src)),
+                      "quarantine_path": dg.MetadataValue.path(str(quarantine))})
     os.replace(incoming, stage)
     fsync_dir(stage.parent)
     if not bad:
