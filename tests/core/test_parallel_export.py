@@ -483,3 +483,21 @@ def test_a_worker_count_that_is_not_a_number_says_where_it_came_from(tmp_path, m
         wai.export_dataset(src, tmp_path / "out.jsonl")
     assert wai.export_dataset(src, tmp_path / "out.jsonl", workers=1, validate=False)["n"] == 20  # the argument wins
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "run.jsonl"]
+
+
+def _env(path, name):
+    """A worker task (``ordered`` calls ``task(path, *job)``): an environment variable of the worker."""
+    return os.environ.get(name)
+
+
+def test_workers_run_numeric_libraries_on_one_thread_unless_told_otherwise(tmp_path, monkeypatch):
+    """One process per core already: OpenBLAS starting a thread per core in each worker only competes."""
+    from whileai_pipeline.core.parallel import WorkerPool
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own setting is kept
+    anything = tmp_path / "a.jsonl"
+    anything.write_text("{}\n")
+    with WorkerPool(2) as pool:
+        assert list(pool.ordered(_env, anything, [("OPENBLAS_NUM_THREADS",)] * 4)) == ["1"] * 4
+        assert list(pool.ordered(_env, anything, [("OMP_NUM_THREADS",)] * 4)) == ["3"] * 4

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import tempfile
+import threading
 from pathlib import Path
 
 import orjson
@@ -188,6 +189,7 @@ _ZEROED_DIGITS = bytes.maketrans(b"0123456789", b"0" * 10)
 _DIGIT_WORD = int.from_bytes(b"\x01" * 8, "little")
 _SCAN_BYTES = 1 << 20
 _SMALL_LINE = 4096
+_scratch = threading.local()
 
 
 def exact_numbers(line, value):
@@ -209,13 +211,15 @@ def long_digit_runs(buffer, start, end) -> list:
     """Offsets of the runs of ``LONG_DIGIT_RUN`` or more ASCII digits in ``buffer[start:end]``, in order.
 
     A run of 15 or more digits fills at least one 8-byte word counted from ``start``. numpy finds
-    those words (about 0.1 ns a byte, against 0.55 for ``bytes.translate``; measured on a bench run),
-    and only their neighbourhoods are read byte by byte.
+    those words, and only their neighbourhoods are read byte by byte. Measured on a bench run: 0.13 ns
+    a byte (2.7 µs a 20 KB row, 12% of its parse), against 0.55 for ``bytes.translate``.
     """
     import numpy as np  # noqa: PLC0415 (pandas' own dependency; loaded when a big buffer needs it)
 
     runs = []
-    flags = np.empty(min(_SCAN_BYTES, max(end - start, 0)), np.uint8)
+    flags = getattr(_scratch, "flags", None)
+    if flags is None or len(flags) < _SCAN_BYTES:  # one per thread, reused: fresh memory costs page faults
+        flags = _scratch.flags = np.empty(_SCAN_BYTES, np.uint8)
     pos = reach = start  # the bytes before ``reach`` belong to a run already measured
     while pos < end:
         n = min(_SCAN_BYTES, end - pos)

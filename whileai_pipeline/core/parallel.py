@@ -319,12 +319,21 @@ class PartFiles:
                 os.unlink(part)
 
 
+def _one_thread_each():
+    """A worker's numeric libraries run on one thread: the pool already has a process per core, and
+    numpy's OpenBLAS would start a thread per core in every worker at import. An explicit setting of
+    the user's is kept."""
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, "1")
+
+
 class WorkerPool:
     """Spawned worker processes that run chunk tasks, results handed back in submission order."""
 
     def __init__(self, workers):
         self.workers = workers
-        self._pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        self._pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=_one_thread_each)
 
     def __enter__(self):
         return self
