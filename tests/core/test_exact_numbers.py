@@ -45,6 +45,19 @@ def test_long_digit_runs_finds_what_a_regex_finds(pieces, cut, scan):
     assert has_long_digit_run(data) == bool(re.search(rb"[0-9]{19}", data))
 
 
+@settings(max_examples=300, deadline=None)
+@given(data=st.lists(st.sampled_from(list(b"0123456789:;<=>?/ \x00\xff\xb0\xb9")), max_size=200).map(bytes),
+       pos=st.integers(0, 9))
+def test_digit_words_are_the_words_of_eight_ascii_digits(data, pos):
+    """The numpy test (high nibble 3, then each byte xor 0x30 at most 9) against the plain definition,
+    with the bytes that share a digit's high nibble or low bits."""
+    from whileai_pipeline.core.jsonl import _digit_words
+
+    count = max(len(data) - pos, 0) // 8
+    expected = [i for i in range(count) if all(48 <= b <= 57 for b in data[pos + 8 * i:pos + 8 * i + 8])]
+    assert _digit_words(data, pos, count) == expected
+
+
 def test_a_run_is_found_however_it_sits_against_the_8_byte_words():
     for pad in range(16):
         for length in (18, 19, 20, 27):
