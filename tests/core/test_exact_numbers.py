@@ -63,7 +63,7 @@ def test_a_run_is_found_however_it_sits_against_the_8_byte_words():
         for length in (18, 19, 20, 27):
             data = b"x" * pad + b"5" * length + b"x" * 9
             assert long_digit_runs(data, 0, len(data)) == ([pad] if length >= 19 else []), (pad, length)
-            big = data + b" " * 5000  # the numpy path of has_long_digit_run
+            big = data + b" " * (jsonl._SMALL_LINE + 8)  # the numpy path of has_long_digit_run
             assert has_long_digit_run(big) == (length >= 19)
 
 
@@ -78,7 +78,7 @@ json_values = st.recursive(
 
 @settings(max_examples=150, deadline=None)
 @given(rows=st.lists(st.tuples(st.dictionaries(st.text(max_size=8), json_values, max_size=5),
-                               st.sampled_from([0, 5000])), min_size=1, max_size=12))
+                               st.sampled_from([0, 5000, 13000])), min_size=1, max_size=12))
 def test_every_reader_agrees_with_python_json(tmp_path_factory, rows):
     """The one-process reader, pooled chunks (counted or not, cut small) and ``read_json`` give what
     ``json.loads`` gives, integers beyond 64 bits included."""

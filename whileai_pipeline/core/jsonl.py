@@ -189,7 +189,7 @@ _ZEROED_DIGITS = bytes.maketrans(b"0123456789", b"0" * 10)
 _SCAN_BYTES = 1 << 20
 _HIGH_NIBBLES, _ZEROS, _PAST_NINE, _HIGH_BITS = (int.from_bytes(bytes([b]) * 8, "little")
                                                  for b in (0xF0, 0x30, 0x76, 0x80))  # per byte of a word
-_SMALL_LINE = 4096
+_SMALL_LINE = 12 << 10  # below it bytes.translate (0.55 ns a byte) beats numpy's 7 µs a call
 _scratch = threading.local()
 
 
