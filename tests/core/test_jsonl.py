@@ -95,6 +95,14 @@ def test_an_output_with_a_long_name_is_written_and_its_leftovers_found(tmp_path,
     assert len(out.name.encode()) == 241
     assert wai.export_dataset(run, out, workers=workers)["n_written"] == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["run.jsonl", out.name])
+    # pairs over workers: more than two tasks of part files, each named beside the long output
+    from whileai_pipeline.core.pairs import PAIRS_PER_TASK, build_pairs_file
+
+    groups = 2 * PAIRS_PER_TASK + 10
+    write_jsonl(run, [{"prompt": f"task {g}", "final_text": f"answer {k}", "reward": k}
+                      for g in range(groups) for k in (0, 1)])
+    assert build_pairs_file(run, out, workers=workers)["n_written"] == groups
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["run.jsonl", out.name])
     fd, leftover = temp_beside(out)
     os.close(fd)
     dead = leftover.replace(f".{os.getpid()}.", ".999999999.")  # as a killed writer would leave it
@@ -110,3 +118,48 @@ def test_a_name_too_long_for_the_filesystem_says_so():
     message = str(WriteFailedError("x" * 300, OSError(errno.ENAMETOOLONG, "File name too long")))
     assert message.endswith("File name too long; nothing was published and any previous file there is unchanged. "
                             "Choose a shorter file name, then export again.")
+
+
+def test_the_stale_temp_cleaner_takes_only_its_own_files(tmp_path):
+    """Writing x.jsonl used to delete the live temp file of a write to x.jsonl.424242 (read as pid 424242)."""
+    from whileai_pipeline.core.jsonl import atomic_file, clean_stale_temps, temp_beside
+
+    other = tmp_path / "x.jsonl.424242"
+    with atomic_file(other) as fh:
+        fh.write(b"shard\n")
+        write_jsonl(tmp_path / "x.jsonl", [{"a": 1}])  # cleans stale temps beside x.jsonl
+    assert other.read_bytes() == b"shard\n"
+    fd, live = temp_beside(tmp_path / "x.jsonl")
+    os.close(fd)
+    crashed = [live.replace(f".{os.getpid()}.", ".999999999."),  # a killed writer's temp, and its parts
+               live.replace(f".{os.getpid()}.", ".999999999.") + ".3.part.tmp",
+               str(tmp_path / ".x.jsonl.999999999.pairs500.part.tmp")]
+    os.rename(live, crashed[0])
+    for name in crashed[1:]:
+        open(name, "w").close()
+    assert sorted(clean_stale_temps(tmp_path / "x.jsonl")) == sorted(os.path.basename(c) for c in crashed)
+
+
+def test_rows_nested_deeper_than_orjson_writes_are_written_and_deeper_than_json_reads_are_refused(tmp_path):
+    import json
+
+    import whileai_pipeline.simulations as wai
+
+    deep = {"prompt": "p", "final_text": "a", "lineage": {"x": json.loads("[" * 300 + "1" + "]" * 300)}}
+    run = tmp_path / "deep.jsonl"
+    write_jsonl(run, [deep])  # orjson writes 255 levels at most: Python's json writes this one
+    assert list(read_jsonl(run)) == [deep]
+    out = tmp_path / "sft.jsonl"
+    assert wai.export_dataset(run, out)["n_written"] == 1
+    assert json.loads(out.read_bytes())["lineage"] == deep["lineage"]
+    nested = []
+    for _ in range(5000):
+        nested = [nested]
+    too_deep = {"x": nested}
+    with pytest.raises(wai.ExportError, match="^unwritable_value: a value is nested deeper than JSON can be written"):
+        write_jsonl(tmp_path / "too_deep.jsonl", [too_deep])
+    # 1000 levels with a 20-digit integer: orjson reads it, Python's json (reading it again, exactly) cannot
+    line = b'{"a": ' + b"[" * 1000 + b"12345678901234567890" + b"]" * 1000 + b"}\n"
+    (tmp_path / "deep_int.jsonl").write_bytes(b'{"a": 1}\n' + line)
+    with pytest.raises(wai.BadJsonlError, match=r"^bad_jsonl: .*deep_int\.jsonl:2: nested too deep for Python's json"):
+        list(read_jsonl(tmp_path / "deep_int.jsonl"))

@@ -106,22 +106,94 @@ def test_disk_full_mid_write_keeps_previous_export(tmp_path, monkeypatch):
     assert _listing(tmp_path) == ["out.jsonl", "run.jsonl"]
 
 
-@pytest.mark.parametrize("kind", ["symlink", "hardlink", "same_path_spelled_differently"])
-def test_output_that_is_the_source(tmp_path, kind):
+def _build_pairs(run, target):
+    from whileai_pipeline.core.pairs import build_pairs_file
+
+    return build_pairs_file(run, target)
+
+
+@pytest.mark.parametrize("write", [wai.export_dataset, _build_pairs], ids=["export_dataset", "build_pairs_file"])
+@pytest.mark.parametrize("kind", ["the_path_itself", "symlink", "hardlink", "same_path_spelled_differently"])
+def test_output_that_is_the_source(tmp_path, kind, write):
     run = tmp_path / "run.jsonl"
     run.write_bytes(GOOD_LINE)
+    target = run
     if kind == "symlink":
         target = tmp_path / "link.jsonl"
         target.symlink_to(run)
     elif kind == "hardlink":
         target = tmp_path / "hard.jsonl"
         os.link(run, target)
-    else:
+    elif kind == "same_path_spelled_differently":
         target = tmp_path / "sub" / ".." / "run.jsonl"
         (tmp_path / "sub").mkdir()
     with pytest.raises(wai.OutputIsSourceError, match="^output_is_source: "):
-        wai.export_dataset(run, target)
+        write(run, target)
     assert run.read_bytes() == GOOD_LINE
+
+
+def test_output_that_is_the_sources_sidecar(tmp_path):
+    """The sidecar holds the system prompt and tools the export reads: writing there would lose them."""
+    run = tmp_path / "run.jsonl"
+    run.write_bytes(GOOD_LINE)
+    sidecar = tmp_path / "run.meta.json"
+    sidecar.write_bytes(b'{"system_prompt": "S", "tools": []}')
+    for write in (wai.export_dataset, lambda src, out: wai.export_datasets(src, {"openai": tmp_path / "o.jsonl",
+                                                                                  "trl": out})):
+        with pytest.raises(wai.OutputIsSourceError, match=f"^output_is_source: {sidecar} is the sidecar of the "
+                                                          f"source file {run} "):
+            write(run, sidecar)
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_bytes(b'{"chosen": {"final_text": "a"}, "rejected": {"final_text": "b"}, "prompt": "p"}\n')
+    (tmp_path / "pairs.meta.json").write_bytes(b'{"system_prompt": "S"}')
+    with pytest.raises(wai.OutputIsSourceError, match="is the sidecar of the source file"):
+        wai.export_preference(pairs, tmp_path / "pairs.meta.json")
+    assert sidecar.read_bytes() == b'{"system_prompt": "S", "tools": []}'
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_an_error_reading_the_source_is_not_a_failure_to_write_the_output(tmp_path):
+    """atomic_file turned every OSError in its block into write_failed for the output."""
+    from whileai_pipeline.core.pairs import judge_pairs_file
+
+    missing = tmp_path / "missing.jsonl"
+    out = tmp_path / "out.jsonl"
+    with pytest.raises(FileNotFoundError, match=f"^no such run file: {missing}") as info:
+        judge_pairs_file(missing, out, lambda a, b: {"winner": "A"})
+    assert not isinstance(info.value, wai.WriteFailedError)
+    with pytest.raises(FileNotFoundError, match=f"^no such run file: {missing}"):
+        wai.write_jsonl(out, wai.read_jsonl(missing))
+    assert _listing(tmp_path) == []
+
+
+def test_an_output_below_a_file_says_so(tmp_path):
+    run = tmp_path / "run.jsonl"
+    run.write_bytes(GOOD_LINE)
+    with pytest.raises(wai.WriteFailedError, match="A part of the output's path is a file, not a directory: "
+                                                   "choose another output path, then export again"):
+        wai.export_dataset(run, run / "out.jsonl")
+    assert run.read_bytes() == GOOD_LINE
+
+
+@pytest.mark.parametrize("export", ["sft", "dpo"])
+def test_a_second_output_that_fails_says_the_first_was_published(tmp_path, export):
+    """An export in several formats puts its files in place one after the other."""
+    run = tmp_path / "run.jsonl"
+    run.write_bytes(GOOD_LINE)
+    first, blocked = tmp_path / "a.jsonl", tmp_path / "blocked"
+    blocked.mkdir()
+    if export == "sft":
+        call = lambda: wai.export_datasets(run, {"openai": first, "trl": blocked})  # noqa: E731
+    else:
+        rows = [{"prompt": "Where is order 7?", "final_text": text, "reward": reward}
+                for text, reward in (("It shipped on Monday.", 1), ("I do not know.", 0))]
+        pairs, _ = wai.build_preference_pairs(rows)
+        call = lambda: wai.export_preferences(pairs, {"openai": first, "trl": blocked})  # noqa: E731
+    with pytest.raises(wai.WriteFailedError, match=f"^write_failed: {blocked}: Is a directory; this file was not "
+                                                   f"published and any previous one there is unchanged, but {first} "
+                                                   "was already published by the same call"):
+        call()
+    assert first.is_file()
 
 
 def test_output_is_a_directory(tmp_path):

@@ -132,3 +132,20 @@ def test_the_new_errors_survive_a_trip_through_pickle():
         back = pickle.loads(pickle.dumps(error))
         assert type(back) is type(error) and str(back) == str(error) and back.path == "/x/run.jsonl"
         assert isinstance(back, wai.ExportError)
+
+
+def test_a_source_changed_between_the_two_passes_of_pair_building_leaves_no_part_files(tmp_path):
+    """Pass 2's tasks still running when one failed used to write parts after they were removed."""
+    run = tmp_path / "run.jsonl"
+    groups = 2500  # five pass-2 tasks of 500 pairs
+    wai.write_jsonl(run, [{"prompt": f"task {g}", "final_text": f"answer {k} " + "x" * 2000, "reward": k}
+                          for g in range(groups) for k in (0, 1)])
+
+    def change_between_passes(rows_done):
+        if rows_done == 2 * groups:  # the call after pass 1
+            with open(run, "r+b") as fh:
+                fh.write(b"X" * 100)  # same size: only pass 2 finds out
+
+    with pytest.raises(wai.SourceChangedError, match=f"^source_changed: {run} changed"):
+        build_pairs_file(run, tmp_path / "pairs.jsonl", workers=2, progress=change_between_passes)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.jsonl"]

@@ -27,14 +27,18 @@ class BadJsonlError(ExportError):
 class WriteFailedError(ExportError):
     """Writing the output failed (disk full, no permission, ...); nothing was published."""
 
-    def __init__(self, dest, exc):
+    def __init__(self, dest, exc, published=()):
         self.dest = str(dest)
+        self.reason = exc
         advice = _WRITE_ADVICE.get(getattr(exc, "errno", None),
                                    "Free disk space or choose a writable output directory")
-        super().__init__(
-            f"write_failed: {dest}: {exc.strerror or exc}; nothing was published and any previous file "
-            f"there is unchanged. {advice}, then export again."
-        )
+        if published:  # an export in several formats puts its files in place one after the other
+            what = (f"this file was not published and any previous one there is unchanged, but "
+                    f"{', '.join(map(str, published))} {'was' if len(published) == 1 else 'were'} already "
+                    "published by the same call")
+        else:
+            what = "nothing was published and any previous file there is unchanged"
+        super().__init__(f"write_failed: {dest}: {exc.strerror or exc}; {what}. {advice}, then export again.")
 
 
 _WRITE_ADVICE = {
@@ -46,6 +50,8 @@ _WRITE_ADVICE = {
     errno.ENAMETOOLONG: "Choose a shorter file name",
     errno.ENOENT: "Choose an output directory that exists or can be created",
     errno.EISDIR: "Name a file, not a directory, as the output",
+    errno.ENOTDIR: "A part of the output's path is a file, not a directory: choose another output path",
+    errno.EEXIST: "A part of the output's path is a file, not a directory: choose another output path",
 }
 
 

@@ -11,13 +11,14 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 import threading
 from pathlib import Path
 
 import orjson
 
-from .errors import BadJsonlError, WriteFailedError
+from .errors import BadJsonlError, ExportError, WriteFailedError
 
 _BOM = b"\xef\xbb\xbf"
 _DUMP_OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
@@ -49,7 +50,28 @@ def dumps(value, option=_DUMP_OPTS) -> bytes:
     except orjson.JSONEncodeError:
         # orjson refuses integers beyond 64 bits, text that is not Unicode and some exotic keys: fall
         # back to a copy with those parts made writable.
-        return orjson.dumps(_plain(value), default=_default, option=option)
+        try:
+            plain = _plain(value)
+            return orjson.dumps(plain, default=_default, option=option)
+        except orjson.JSONEncodeError:  # nested deeper than orjson writes (255 levels): Python's json
+            return _stdlib_dumps(plain, option)
+        except RecursionError:
+            raise _too_deep() from None
+
+
+def _stdlib_dumps(plain, option):
+    indent = 2 if option & orjson.OPT_INDENT_2 else None
+    separators = None if indent else (",", ":")
+    try:
+        return json.dumps(plain, default=_default, ensure_ascii=False, allow_nan=False, indent=indent,
+                          separators=separators).encode()
+    except RecursionError:
+        raise _too_deep() from None
+
+
+def _too_deep():
+    return ExportError("unwritable_value: a value is nested deeper than JSON can be written here (about "
+                       "1,000 levels); flatten it (e.g. store it as a string) before exporting")
 
 
 def _plain(value):
@@ -152,7 +174,10 @@ def parse_line(path, lineno, line, *, starts_file=None):
         if value is _BLANK:
             raise BadJsonlError(path, lineno, _reason(exc, line)) from None
         return value
-    return exact_numbers(line, value)
+    try:
+        return exact_numbers(line, value)
+    except RecursionError:
+        raise BadJsonlError(path, lineno, TOO_DEEP_TO_READ_EXACTLY) from None
 
 
 def lenient_loads_line(line):
@@ -185,6 +210,8 @@ def _unicode_values(value):
 # the same with both, and a line with one is parsed again by json. A run inside a string, or a long
 # fraction, only costs that second parse.
 LONG_DIGIT_RUN = 19
+TOO_DEEP_TO_READ_EXACTLY = ("nested too deep for Python's json, which reads the line again to keep its "
+                            "integers of 19 or more digits exact")
 _ZEROED_DIGITS = bytes.maketrans(b"0123456789", b"0" * 10)
 _SCAN_BYTES = 1 << 20
 _HIGH_NIBBLES, _ZEROS, _PAST_NINE, _HIGH_BITS = (int.from_bytes(bytes([b]) * 8, "little")
@@ -269,8 +296,9 @@ def iter_jsonl_lines(path, hasher=None):
     """
     try:
         fh = open(os.path.expanduser(path), "rb")
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no such run file: {path} (check the path, or pass rows instead)") from None
+    except OSError:  # missing, or a directory: say which
+        require_file(Path(path).expanduser(), "run file", "check the path, or pass rows instead")
+        raise
     with fh:
         for lineno, line in enumerate(fh, 1):
             if hasher is not None:
@@ -332,7 +360,7 @@ def temp_beside(dest, kind="tmp"):
     """
     dest = Path(dest)
     clean_stale_temps(dest)
-    fd, tmp = tempfile.mkstemp(prefix=f"{_temp_prefix(dest)}{os.getpid()}.", suffix=f".{kind}{TMP_SUFFIX}",
+    fd, tmp = tempfile.mkstemp(prefix=f"{temp_prefix(dest)}{os.getpid()}.", suffix=f".{kind}{TMP_SUFFIX}",
                                dir=dest.parent)
     try:
         try:
@@ -364,16 +392,14 @@ def clean_stale_temps(dest) -> list:
     """Delete temp files a killed writer left beside ``dest`` (their pid is gone); returns their names."""
     dest = Path(dest)
     removed = []
-    prefix = _temp_prefix(dest)
+    prefix = temp_prefix(dest)
     try:
         names = os.listdir(dest.parent)
     except OSError:
         return removed
     for name in names:
-        if not (name.startswith(prefix) and name.endswith(TMP_SUFFIX)):
-            continue
-        pid = name[len(prefix):].split(".", 1)[0]
-        if not pid.isdigit() or _alive(int(pid)):
+        ours = _OUR_TEMP.match(name[len(prefix):]) if name.startswith(prefix) else None
+        if ours is None or _alive(int(ours.group(1))):  # not ours (x.jsonl.42 is another file), or live
             continue
         with contextlib.suppress(FileNotFoundError):
             os.unlink(dest.parent / name)
@@ -381,7 +407,13 @@ def clean_stale_temps(dest) -> list:
     return removed
 
 
-def _temp_prefix(dest) -> str:
+# what follows temp_prefix(dest) in the names of our temp files: the writer's pid, then mkstemp's eight
+# random characters and a kind (``.123.ab_cd9xy.write.tmp``), maybe with a worker part after it
+# (``….spool.tmp.0.part.tmp``), or a kind and part number (``.123.pairs7.part.tmp``, PartFiles)
+_OUR_TEMP = re.compile(r"(\d+)\.(?:[a-z0-9_]{8}\.[a-z]+\.tmp(?:\.\d+\.part\.tmp)?|[a-z]+\d+\.part\.tmp)\Z")
+
+
+def temp_prefix(dest) -> str:
     """``.<name>.`` for the temp files beside ``dest``; a long name is cut (and a digest of it kept), so
     the temp file and its worker parts stay within the 255 bytes a file name may have."""
     name = dest.name
@@ -433,6 +465,8 @@ def atomic_file(dest):
             os.fsync(fh.fileno())
             fh.close()
         except OSError as exc:
+            if not _about(exc, tmp):  # e.g. the source the caller reads, missing: its own error
+                raise
             raise WriteFailedError(dest, exc) from exc
         finally:
             close_quietly(fh)
@@ -445,6 +479,12 @@ def atomic_file(dest):
             os.unlink(tmp)
         raise
     fsync_dir(dest.parent)
+
+
+def _about(exc, tmp) -> bool:
+    """Whether an OSError raised while writing ``tmp`` is about ``tmp`` (a failed write, a full disk)
+    rather than about another file (one the caller reads) or a message of ours without an errno."""
+    return exc.errno is not None and exc.filename in (None, tmp, str(tmp))
 
 
 def close_quietly(fh):

@@ -602,11 +602,13 @@ def validate_file(path, format="openai", *, max_problems=50, strict_keys=False, 
     """
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
-    path = Path(path)
-    report = _Report(format, max_problems)
+    from .jsonl import require_file  # noqa: PLC0415
     from .parallel import WorkerPool, line_chunks, workers_for  # noqa: PLC0415 (only files need it)
 
-    n = workers_for(path, workers) if path.is_file() else 1
+    path = Path(path)
+    require_file(path, "file", "pass the training .jsonl file to check")
+    report = _Report(format, max_problems)
+    n = workers_for(path, workers)
     if n == 1:
         with open(path, "rb") as fh:
             for line_no, raw in enumerate(fh, 1):

@@ -14,6 +14,7 @@ from .errors import ExportError, OutputIsSourceError, WriteFailedError
 from .gates import check_format
 from .jsonl import TMP_SUFFIX, atomic_file, close_quietly, fsync_dir, sha256_of, splice, temp_beside
 from .parallel import append_part
+from .runs import sidecar_path
 
 
 def destination(output, source_path):
@@ -28,16 +29,40 @@ def destination(output, source_path):
 
 
 def refuse_source(dest, source_path):
-    """DECISIONS 4: never write over the file being read (links and hard links included)."""
-    same = Path(dest).resolve() == Path(source_path).resolve()
-    if not same and Path(dest).exists():
-        with contextlib.suppress(OSError):
-            same = os.path.samefile(dest, source_path)
-    if same:
+    """DECISIONS 4: never write over the file being read (links and hard links included), nor over its
+    sidecar (``<name>.meta.json``: the system prompt and tools the export itself reads)."""
+    if _same_file(dest, source_path):
         raise OutputIsSourceError(
             f"output_is_source: {dest} is the source file {source_path}; writing there would destroy "
             "the raw run. Pass another output path, or none to get <name>.train<suffix> beside it."
         )
+    meta = sidecar_path(source_path)
+    if meta.exists() and _same_file(dest, meta):
+        raise OutputIsSourceError(
+            f"output_is_source: {dest} is the sidecar of the source file {source_path} (its system prompt "
+            "and tools); writing there would destroy them. Pass another output path."
+        )
+
+
+@contextlib.contextmanager
+def published_one_of(published):
+    """Publishing one file of several: a failure says which of the call's files were already published
+    (``published``, their paths), as they stay in place."""
+    try:
+        yield
+    except WriteFailedError as exc:
+        if not published:
+            raise
+        raise WriteFailedError(exc.dest, exc.reason, published) from exc
+
+
+def _same_file(a, b) -> bool:
+    if Path(a).resolve() == Path(b).resolve():
+        return True
+    if Path(a).exists():
+        with contextlib.suppress(OSError):
+            return os.path.samefile(a, b)
+    return False
 
 
 def check_outputs(outputs, who):

@@ -13,6 +13,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import orjson
 
@@ -485,15 +486,20 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
     if min_margin <= 0:
         raise ValueError(MIN_MARGIN_ERROR)
     source, output = os.path.expanduser(source), os.path.expanduser(output)
-    from .jsonl import atomic_file, iter_jsonl_spans
+    from .jsonl import atomic_file, iter_jsonl_spans, require_file
+    from .output import refuse_source
     from .parallel import WorkerPool, byte_chunks, map_row_spans, workers_for
     from .runs import change_explains_failure, check_unchanged, file_stamp
+
+    require_file(Path(source), "source file", "pass the scored JSONL run to pair")
+    refuse_source(output, source)
 
     offsets, lengths = array.array("q"), array.array("q")
     n = workers_for(source, workers)
     stamp = file_stamp(source)  # pass 2 reads rows back where pass 1 found them: the file must not change
     with contextlib.ExitStack() as stack:
         stack.enter_context(change_explains_failure(source, stamp))
+        parts = stack.enter_context(PartFiles(output, "pairs"))  # removed after the pool has stopped
         pool = stack.enter_context(WorkerPool(n)) if n > 1 else None  # one pool for both passes
 
         def summaries():
@@ -525,7 +531,7 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
                     digest.update(line)
                     out.write(line)
             else:
-                _write_pairs_over(pool, source, jobs, output, out, digest)
+                _write_pairs_over(pool, source, jobs, output, out, digest, parts)
             check_unchanged(source, stamp)
     report = pairs_report(plan, seen, contrast, min_margin)
     report.update(path=str(output), n_written=len(plan), sha256=digest.hexdigest())
@@ -535,12 +541,11 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
 PAIRS_PER_TASK = 500
 
 
-def _write_pairs_over(pool, source, jobs, output, out, digest):
+def _write_pairs_over(pool, source, jobs, output, out, digest, parts):
     """Pass 2 over worker processes: runs of pairs go to part files, appended here in order."""
-    with PartFiles(output, "pairs") as parts:
-        tasks = ((jobs[k:k + PAIRS_PER_TASK], parts.name(k)) for k in range(0, len(jobs), PAIRS_PER_TASK))
-        for part in pool.ordered(write_pairs_part, source, tasks, writes_beside=output):
-            append_part(part, out, digest)
+    tasks = ((jobs[k:k + PAIRS_PER_TASK], parts.name(k)) for k in range(0, len(jobs), PAIRS_PER_TASK))
+    for part in pool.ordered(write_pairs_part, source, tasks, writes_beside=output):
+        append_part(part, out, digest)
 
 
 def _pair_lines(source, jobs):

@@ -26,11 +26,12 @@ import os
 import sys
 import types
 from dataclasses import dataclass
+from pathlib import Path
 
 import orjson
 
 from .errors import BadJsonlError, ExportError, WorkerLostError, WriteFailedError
-from .jsonl import _BLANK, long_digit_runs, parse_line
+from .jsonl import _BLANK, long_digit_runs, parse_line, temp_prefix
 from .runs import change_explains_failure, file_stamp
 
 CHUNK_BYTES = 8 << 20
@@ -227,7 +228,7 @@ def chunk_rows(path, chunk):
                     value = loads(view[pos:nl])
                     if next_run < nl:
                         value = json.loads(mapped[pos:nl])
-                except orjson.JSONDecodeError:
+                except (orjson.JSONDecodeError, RecursionError):  # parse_line says what is wrong, and where
                     try:
                         value = parse_line(path, lineno, bytes(view[pos:nl]), starts_file=base + pos == 0)
                     except BadJsonlError as exc:
@@ -297,15 +298,16 @@ def append_part(part, out, digest):
 
 class PartFiles:
     """Names for worker part files beside an output (``append_part`` them in order); the ones left
-    when the work ends, however it ends, are removed.
+    when the work ends, however it ends, are removed. Enter it before the ``WorkerPool`` whose tasks
+    write the parts: the pool then stops (its running tasks end) before they are removed.
 
     They are named like every temp file beside the output (``.<name>.<pid>.…tmp``), so a crashed
     run's leftovers are cleaned by the next writer (``jsonl.clean_stale_temps``).
     """
 
     def __init__(self, output, kind):
-        output = os.path.abspath(output)
-        self._prefix = os.path.join(os.path.dirname(output), f".{os.path.basename(output)}.{os.getpid()}.{kind}")
+        output = Path(os.path.abspath(output))
+        self._prefix = str(output.parent / f"{temp_prefix(output)}{os.getpid()}.{kind}")
 
     def name(self, k):
         return f"{self._prefix}{k}.part.tmp"

@@ -16,7 +16,7 @@ from .gates import (
     scrub,
 )
 from .jsonl import dumps, dumps_reusing
-from .output import Spool, check_outputs, destination, finish, refuse_source
+from .output import Spool, check_outputs, destination, finish, published_one_of, refuse_source
 from .pairs import first_turn_note, length_note
 from .progress import tick
 from .rows import SchemaCheck, preference_problems, stamp
@@ -259,12 +259,15 @@ def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ti
         for plan, tally in zip(plans, tallies):
             report = reports[plan.format] = _checked_report(tally, src, plan.format, validate, started)
             _raise_if_refused(tally, report, validate, started, source_digest)
+        published = []  # the files put in place so far
         for plan, tally, spool in zip(plans, tallies, spools):
             report = reports[plan.format]
             if not tally.n_out:
                 report["path"] = None
             elif spool.dest is not None:
-                report["sha256"] = spool.publish(alongside=source_digest)
+                with published_one_of(published):
+                    report["sha256"] = spool.publish(alongside=source_digest)
+                published.append(spool.dest)
                 report["path"] = str(spool.dest)
                 report["n_written"] = tally.n_out
         source_digest()

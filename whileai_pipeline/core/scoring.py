@@ -227,7 +227,7 @@ def score_file(source, out, scorer, stats, *, dest=None, progress=None, workers=
             digest.update(line)
             out.write(line)
         return digest.hexdigest()
-    with WorkerPool(n) as pool, PartFiles(dest, "scored") as parts:
+    with PartFiles(dest, "scored") as parts, WorkerPool(n) as pool:  # the pool stops before parts go
         jobs = ((chunk, scorer.name, parts.name(k)) for k, chunk in enumerate(byte_chunks(source)))
         for facts, part in pool.ordered(_score_chunk, source, jobs, writes_beside=dest):
             for item in facts:
@@ -254,7 +254,7 @@ def passing_rows_file(source, out, stats, *, dest=None, workers=None):
                 stats.add_facts(facts)
                 out.writelines(lines)
         return
-    with WorkerPool(n) as pool, PartFiles(dest, "passing") as parts:
+    with PartFiles(dest, "passing") as parts, WorkerPool(n) as pool:  # the pool stops before parts go
         jobs = ((chunk, _passing_line, None, (parts.name(k),)) for k, chunk in enumerate(byte_chunks(source)))
         for outcomes, (part,), _ in pool.ordered(write_chunk, source, jobs, writes_beside=dest):
             for _, facts in outcomes:

@@ -31,7 +31,7 @@ from .gates import (
 from .groups import GroupStats, numeric_reward, row_summary
 from .jsonl import _BLANK, dumps, dumps_reusing, iter_jsonl, iter_jsonl_lines
 from .masks import check_mask_mode
-from .output import Spool, check_outputs, destination, finish, refuse_source, spool_line
+from .output import Spool, check_outputs, destination, finish, published_one_of, refuse_source, spool_line
 from .progress import tick
 from .rows import PASS_THRESHOLD, SchemaCheck, convert_row, training_problems
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
@@ -475,6 +475,7 @@ def _export(source, outputs, system_prompt, tools, strip_think, validate, mask_m
                 source_digest()
                 raise PrivilegedLeakError(_leak_message(leaks), finish(report, started))
 
+        published = []  # the files put in place so far
         for fmt, report in reports.items():
             plan, spool, tally = by_format[fmt]
             dest = dests[fmt]
@@ -485,8 +486,10 @@ def _export(source, outputs, system_prompt, tools, strip_think, validate, mask_m
                     _splice_parts(spool, tally)
                 report["path"] = str(dest)
                 report["n_written"] = tally.n_out
-                report["sha256"] = spool.publish(None if spool.final_lines else tally.suffixes(),
-                                                 alongside=source_digest)
+                with published_one_of(published):
+                    report["sha256"] = spool.publish(None if spool.final_lines else tally.suffixes(),
+                                                     alongside=source_digest)
+                published.append(dest)
         source_digest()
         return {fmt: finish(report, started) for fmt, report in reports.items()}
     finally:
