@@ -230,11 +230,17 @@ def test_a_judge_that_never_answers_fails_the_pairs_step_and_one_that_sometimes_
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     key = chain.register()
+    assert chain.materialize(key).success
+    pairs = chain.storage.stage_path(key, "pairs")
+    before = pairs.read_bytes()
+
     def judge(spec):
         return {"ops": {"preference_pairs": {"config": {"judge": spec}}}}
 
     broken = chain.materialize(key, run_config=judge("flaky_judges:broken"))
     assert not broken.success
+    assert pairs.read_bytes() == before  # a re-export must not publish the unjudged pairs of the failed step
+    assert [p.name for p in pairs.parent.iterdir() if p.name.startswith(".")] == []
     failure = next(e for e in broken.all_events if e.event_type_value == "STEP_FAILURE")
     assert failure.step_key == "preference_pairs"
     assert ("judge_failed: the judge flaky_judges:broken could not judge 8 of 8 pairs (first: RuntimeError: "

@@ -320,34 +320,48 @@ def preference_pairs(
     path = storage.stage_path(key, STAGE_PAIRS)
     written = ("path", "n_written", "sha256", "ties")  # what the file functions add to the reports
     try:
-        # File to file: the library keeps one summary per row, not the rows (memory stays flat).
-        report = build_pairs_file(
-            scored,
-            path,
-            max_pairs_per_prompt=config.max_pairs_per_prompt,
-            min_margin=config.min_margin,
-            length_match=config.length_match,
-            progress=_progress(context, "pairing"),
-        )
-    except ValueError as exc:
-        raise _library_failure(exc, "build_preference_pairs") from None
-    n_pairs, sha256, ties = report["n_written"], report["sha256"], 0  # built pairs carry no tie
-    report = {k: v for k, v in report.items() if k not in written}
-    judge_report = None
-    if config.judge:
+        judge = load_callable(config.judge, "judge") if config.judge else None  # before anything is written
+    except ScorerError as exc:
+        raise _library_failure(exc, "judge_pairs") from None
+    # Built (and judged) beside the stage, put in place only when all went well: a failed step leaves
+    # the previous pairs, which a re-export would otherwise publish.
+    incoming = path.with_name(f".{path.name}.incoming")
+    try:
         try:
-            judged = judge_pairs_file(path, path, load_callable(config.judge, "judge"))  # a pair at a time
-        except (ScorerError, ValueError) as exc:
-            raise _library_failure(exc, "judge_pairs") from None
-        sha256, ties = judged["sha256"], judged["ties"]
-        judge_report = {k: v for k, v in judged.items() if k not in (*written, "first_failure")}
-        if judged["failed"]:
-            said = (f"the judge {config.judge} could not judge {judged['failed']} of {judged['n']} pairs "
-                    f"(first: {judged['first_failure']})")
-            if not judged["n_judged"]:  # a judge that never answers is a broken judge, not a verdict
-                raise dg.Failure(description=f"judge_failed: {said}. Fix the judge (its key, its endpoint) or "
-                                 "remove it from the config, then materialize again.")
-            context.log.warning(f"{said}; those pairs keep the order their rewards gave them")
+            # File to file: the library keeps one summary per row, not the rows (memory stays flat).
+            report = build_pairs_file(
+                scored,
+                incoming,
+                max_pairs_per_prompt=config.max_pairs_per_prompt,
+                min_margin=config.min_margin,
+                length_match=config.length_match,
+                progress=_progress(context, "pairing"),
+            )
+        except ValueError as exc:
+            raise _library_failure(exc, "build_preference_pairs") from None
+        n_pairs, sha256, ties = report["n_written"], report["sha256"], 0  # built pairs carry no tie
+        report = {k: v for k, v in report.items() if k not in written}
+        judge_report = None
+        if judge is not None:
+            try:
+                judged = judge_pairs_file(incoming, incoming, judge)  # a pair at a time
+            except ValueError as exc:
+                raise _library_failure(exc, "judge_pairs") from None
+            sha256, ties = judged["sha256"], judged["ties"]
+            judge_report = {k: v for k, v in judged.items() if k not in (*written, "first_failure")}
+            if judged["failed"]:
+                said = (f"the judge {config.judge} could not judge {judged['failed']} of {judged['n']} pairs "
+                        f"(first: {judged['first_failure']})")
+                if not judged["n_judged"]:  # a judge that never answers is a broken judge, not a verdict
+                    raise dg.Failure(description=f"judge_failed: {said}. Fix the judge (its key, its endpoint) "
+                                     "or remove it from the config, then materialize again. The previous "
+                                     "pairs are unchanged.")
+                context.log.warning(f"{said}; those pairs keep the order their rewards gave them")
+        os.replace(incoming, path)
+        fsync_dir(path.parent)
+    finally:
+        if incoming.exists():
+            incoming.unlink()
     _stage_sidecar(scored, path)  # export_preference reads the system prompt and tools from it
     metadata = {
         "dagster/row_count": n_pairs,
