@@ -99,22 +99,71 @@ def test_sensor_two_new_files(storage, instance):
     assert sorted(r.partition_key for r in result.run_requests) == ["b_run", "c"]
 
 
-def test_schedule_one_request_per_registered_run(sqlite_instance):
+def _schedule(instance, storage, when=datetime.datetime(2026, 1, 2, 3, 0, tzinfo=datetime.timezone.utc)):
+    with dg.build_schedule_context(instance=instance, resources={"storage": storage},
+                                   scheduled_execution_time=when) as context:
+        return reexport_schedule(context)
+
+
+def test_schedule_one_request_per_run_it_can_re_export(sqlite_instance, storage):
     instance = sqlite_instance
-    instance.add_dynamic_partitions(PARTITIONS_NAME, ["alpha", "beta", "gamma"])
+    instance.add_dynamic_partitions(PARTITIONS_NAME, ["alpha", "beta", "gamma", "added by hand"])
+    for key in ("alpha", "beta"):  # staged; gamma was only registered
+        for stage in ("scored", "pairs"):
+            path = storage.stage_path(key, stage)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("")
     when = datetime.datetime(2026, 1, 2, 3, 0, tzinfo=datetime.timezone.utc)
-    context = dg.build_schedule_context(instance=instance, scheduled_execution_time=when)
-    requests = reexport_schedule(context)
-    assert sorted(r.partition_key for r in requests) == ["alpha", "beta", "gamma"]
-    assert len({r.run_key for r in requests}) == 3
+    requests = _schedule(instance, storage, when)
+    assert sorted(r.partition_key for r in requests) == ["alpha", "beta"]
+    assert len({r.run_key for r in requests}) == 2
     assert all(when.isoformat() in r.run_key for r in requests)
+    assert all(r.run_config == {} for r in requests)  # never exported: the defaults
     assert reexport_schedule.job_name == "reexport"
 
 
-def test_schedule_skips_when_nothing_registered(sqlite_instance):
-    context = dg.build_schedule_context(instance=sqlite_instance)
-    skip = reexport_schedule(context)
+def test_schedule_skips_when_nothing_registered(sqlite_instance, storage):
+    skip = _schedule(sqlite_instance, storage)
     assert isinstance(skip, dg.SkipReason) and "no simulation runs" in skip.skip_message
+    sqlite_instance.add_dynamic_partitions(PARTITIONS_NAME, ["only_registered"])
+    skip = _schedule(sqlite_instance, storage)
+    assert isinstance(skip, dg.SkipReason)
+    assert skip.skip_message == ("no registered run has stage files to re-export from: only_registered (no scored "
+                                 "and no pairs stage: run its whole chain first)")
+
+
+def test_a_re_export_and_a_new_version_keep_the_options_the_run_was_exported_with(sqlite_instance, storage,
+                                                                                 tmp_path):
+    """The schedule used to re-export with the defaults: a run exported with formats [openai] and
+    mask_mode final came back as assistant, with TRL files added."""
+    from .conftest import Chain
+
+    chain = Chain(storage, sqlite_instance, tmp_path)
+    key = chain.register()
+    options = {"ops": {"sft_export": {"config": {"formats": ["openai"], "mask_mode": "final"}},
+                       "dpo_export": {"config": {"formats": ["openai"]}},
+                       "preference_pairs": {"config": {"min_margin": 0.5}}}}
+    assert chain.materialize(key, run_config=options).success
+    published = sorted(p.name for p in storage.published_dir(key).iterdir())
+    sft_bytes = storage.published_path(key, "sft", "openai").read_bytes()
+    (request,) = _schedule(sqlite_instance, storage)
+    sft = request.run_config["ops"]["sft_export"]["config"]
+    assert (sft["formats"], sft["mask_mode"]) == (["openai"], "final")
+    assert request.run_config["ops"]["dpo_export"]["config"]["formats"] == ["openai"]
+    again = chain.materialize(key, run_config=request.run_config, selection=["sft_export", "dpo_export"])
+    assert again.success
+    assert materialization(again, "sft_export")["status"].value == "unchanged"
+    assert storage.published_path(key, "sft", "openai").read_bytes() == sft_bytes
+    assert sorted(p.name for p in storage.published_dir(key).iterdir()) == published
+    # a new version dropped in the inbox runs the whole chain with the options of the last one
+    _drop(SAMPLE, storage.run_path(key))
+    with open(storage.run_path(key), "ab") as fh:
+        fh.write(b'{"prompt": "one more", "final_text": "ok", "reward": 1}\n')
+    _age(storage.run_path(key))
+    _age(storage.run_meta_path(key))
+    (new_version,) = _evaluate(inbox_sensor, sqlite_instance, storage).run_requests
+    assert new_version.run_config["ops"]["preference_pairs"]["config"]["min_margin"] == 0.5
+    assert new_version.run_config["ops"]["sft_export"]["config"]["mask_mode"] == "final"
 
 
 def test_schedule_cron_comes_from_the_environment(tmp_path):

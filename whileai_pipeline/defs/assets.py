@@ -24,7 +24,7 @@ from whileai_pipeline.core.runs import read_sidecar_file
 from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callable, passing_rows_file, resolve_scorer,
                                            score_file, score_stats_of_file)
 
-from .config import FORMATS, DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreConfig, SftExportConfig
+from .config import FORMATS, DpoExportConfig, as_run_config, OnBadLine, PairsConfig, RawConfig, ScoreConfig, SftExportConfig
 from .partitions import simulation_runs
 from .publishing import discard, failed_gates, publish, reject, rejected_dir_name, remove_other_formats
 from .resources import ENV_SETTLE, PartitionLockedError, PipelineStorage, copy_atomic, fingerprint, meta_path_for
@@ -197,6 +197,7 @@ def raw_simulation_data(
             "no row carries a privileged block: the leak gates will have nothing to read "
             "(rows saved through the export are scrubbed; export the raw trajectories instead)"
         )
+    metadata["config"] = dg.MetadataValue.json(as_run_config(config))  # what a re-export runs with
     return dg.MaterializeResult(metadata=metadata)
 
 
@@ -297,6 +298,7 @@ def scored_simulation_data(
     }
     if stats.mean_reward is not None:
         metadata["mean_reward"] = stats.mean_reward
+    metadata["config"] = dg.MetadataValue.json(as_run_config(config))  # what a re-export runs with
     return dg.MaterializeResult(metadata=metadata)
 
 
@@ -381,6 +383,7 @@ def preference_pairs(
         metadata["judge_report"] = dg.MetadataValue.json(judge_report)
     if report.get("note"):
         context.log.warning(report["note"])
+    metadata["config"] = dg.MetadataValue.json(as_run_config(config))  # what a re-export runs with
     return dg.MaterializeResult(metadata=metadata)
 
 
@@ -394,9 +397,10 @@ def _reward_pictures(stats):
     }
 
 
-def _finish_export(context, storage, kind, formats, candidates, reports, validate, cand_dir, pictures):
+def _finish_export(context, storage, kind, formats, candidates, reports, config, cand_dir, pictures):
     """Decide from the reports, publish or reject, and describe it all as metadata."""
     key = context.partition_key
+    validate = config.validate_gates
     failed = failed_gates(reports)
     blocked = validate and bool(failed)
     rejected_dir = None
@@ -475,6 +479,7 @@ def _finish_export(context, storage, kind, formats, candidates, reports, validat
             + (f"the earlier published files are kept: {', '.join(kept)}" if kept else "nothing is published"))
     if removed:
         context.log.info(f"{kind} export for {key!r}: removed files of formats no longer exported: {removed}")
+    metadata["config"] = dg.MetadataValue.json(as_run_config(config))  # what a re-export runs with
     return dg.MaterializeResult(metadata=metadata)
 
 
@@ -522,7 +527,7 @@ def sft_export(
         discard(cand_dir)
         raise _library_failure(exc, "export_dataset") from None
     pictures = _reward_pictures(carried if carried is not None else score_stats_of_file(source))
-    return _finish_export(context, storage, "sft", formats, candidates, reports, config.validate_gates, cand_dir,
+    return _finish_export(context, storage, "sft", formats, candidates, reports, config, cand_dir,
                           pictures)
 
 
@@ -561,7 +566,7 @@ def dpo_export(
         discard(cand_dir)
         raise _library_failure(exc, "export_preference") from None
     pictures = _reward_pictures(score_stats_of_file(pairs_path, sides=True))  # both sides of every pair
-    return _finish_export(context, storage, "dpo", formats, candidates, reports, config.validate_gates, cand_dir,
+    return _finish_export(context, storage, "dpo", formats, candidates, reports, config, cand_dir,
                           pictures)
 
 

@@ -16,7 +16,8 @@ import time
 import dagster as dg
 import orjson
 
-from .assets import ASSET_NAMES, dpo_export, raw_simulation_data, sft_export
+from .assets import ASSET_NAMES, ASSETS, STAGE_PAIRS, STAGE_SCORED, dpo_export, raw_simulation_data, sft_export
+from .config import stored_config
 from .partitions import PARTITIONS_NAME
 from .resources import ENV_SETTLE, RUN_SUFFIX, PipelineStorage, fingerprint, meta_path_for, partition_key_for
 
@@ -29,6 +30,8 @@ simulation_chain_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(*ASSET_NAMES),
     description="The whole chain for one run: raw -> scored -> pairs -> SFT and DPO exports, with the gates.",
 )
+
+EXPORTS = (sft_export, dpo_export)
 
 reexport_job = dg.define_asset_job(
     "reexport",
@@ -153,6 +156,7 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
         run_key = f"{key}:{fp[:16]}" if version == 1 else f"{key}:{fp[:16]}:v{version}"
         requests.append(
             dg.RunRequest(run_key=run_key, partition_key=key,
+                          run_config=stored_run_config(context.instance, key, ASSETS),
                           tags={"whileai/run_file": str(path), "whileai/fingerprint": fp})
         )
     partitions = [dg.AddDynamicPartitionsRequest(PARTITIONS_NAME, new_keys)] if new_keys else []
@@ -174,12 +178,48 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
     description=f"Re-exports every registered run (export assets and their checks) on ${ENV_CRON} "
     f"(default '{DEFAULT_CRON}', UTC). Unchanged inputs and config give byte-identical files.",
 )
-def reexport_schedule(context: dg.ScheduleEvaluationContext):
+def reexport_schedule(context: dg.ScheduleEvaluationContext, storage: PipelineStorage):
     keys = sorted(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
     if not keys:
         return dg.SkipReason("no simulation runs registered yet")
     tick = context.scheduled_execution_time.isoformat() if context.scheduled_execution_time else "manual"
-    return [dg.RunRequest(run_key=f"reexport:{key}:{tick}", partition_key=key) for key in keys]
+    requests, skipped = [], []
+    for key in keys:
+        why = _not_reexportable(storage, key)
+        if why:
+            skipped.append(f"{key} ({why})")
+            continue
+        requests.append(dg.RunRequest(run_key=f"reexport:{key}:{tick}", partition_key=key,
+                                      run_config=stored_run_config(context.instance, key, EXPORTS)))
+    if skipped:
+        context.log.info("not re-exported, as there is nothing to export from: " + "; ".join(skipped))
+    return requests or dg.SkipReason("no registered run has stage files to re-export from: " + "; ".join(skipped))
+
+
+def _not_reexportable(storage, key):
+    """Why a run cannot be re-exported (None when it can): an unsafe name, or stage files never made
+    (registered only, or its chain failed before the pairs stage)."""
+    try:
+        missing = [stage for stage in (STAGE_SCORED, STAGE_PAIRS) if not storage.stage_path(key, stage).is_file()]
+    except ValueError:
+        return "not a name this pipeline can store"
+    return f"no {' and no '.join(missing)} stage: run its whole chain first" if missing else None
+
+
+def stored_run_config(instance, key, assets) -> dict:
+    """The run config ``key``'s latest materialization of each asset was made with (its ``config``
+    metadata): a re-export or a new version of the run keeps the options it was exported with, instead
+    of the defaults. An asset never materialized, or whose stored options fail today's checks, gets
+    the defaults."""
+    ops = {}
+    for asset_def in assets:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=asset_def.key, asset_partitions=[key]), limit=1).records
+        entry = records[0].asset_materialization.metadata.get("config") if records else None
+        values = stored_config(asset_def.key.to_user_string(), entry.value if entry is not None else None)
+        if values:
+            ops[asset_def.key.to_user_string()] = {"config": values}
+    return {"ops": ops} if ops else {}
 
 
 JOBS = [simulation_chain_job, reexport_job]

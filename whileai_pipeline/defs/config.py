@@ -187,6 +187,31 @@ CONFIG_CLASSES = {
 }
 
 
+def as_run_config(config: dg.Config) -> dict:
+    """An asset's config as its run config spells it (``validate`` not ``validate_gates``, an enum by
+    name): stored with each materialization, so a re-export can run with the same options."""
+    out = {}
+    for name, field in type(config).model_fields.items():
+        value = getattr(config, name)
+        out[field.alias or name] = value.name if isinstance(value, enum.Enum) else value
+    return out
+
+
+def stored_config(asset_name: str, values) -> Optional[dict]:
+    """``values`` (an ``as_run_config`` dict read back from metadata) as the asset's run config today:
+    options the asset no longer has are dropped, and a set that fails today's checks gives None."""
+    cls = CONFIG_CLASSES.get(asset_name)
+    if cls is None or not isinstance(values, dict):
+        return None
+    known = {field.alias or name for name, field in cls.model_fields.items()}
+    values = {k: v for k, v in values.items() if k in known}
+    try:
+        _check_op_configs({asset_name: {"config": values}})
+    except ConfigFileError:
+        return None
+    return values
+
+
 class ConfigFileError(ValueError):
     """A config file the pipeline cannot use (unknown option, wrong value)."""
 
