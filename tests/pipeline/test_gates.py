@@ -1,6 +1,8 @@
 """What must be shown, points 3 and 4: a failed gate fails the run, stops downstream, never replaces
 the published export, and keeps the candidate under rejected/; validate=False publishes with WARN."""
 
+import math
+
 import dagster as dg
 import orjson
 import pytest
@@ -229,6 +231,14 @@ def test_a_new_version_without_passing_rows_publishes_no_empty_file_and_says_wha
         kind = asset[:3]
         assert md["kept_earlier"].value == [str(chain.storage.published_path(key, kind, f)) for f in ("openai", "trl")]
     assert tree_bytes(chain.storage.published_dir(key)) == before
+    # the numbers plotted across re-exports keep their keys: NaN where there is no value
+    assert math.isnan(materialization(result, "preference_pairs")["mean_margin"].value)
+    dpo = materialization(result, "dpo_export")
+    assert math.isnan(dpo["openai/mean_margin"].value) and math.isnan(dpo["openai/chosen_longer_frac"].value)
+    chain.register([{**row, "reward": None} for row in sample_rows()])
+    ungraded = chain.materialize(key, selection=["raw_simulation_data", "scored_simulation_data"])
+    scored = materialization(ungraded, "scored_simulation_data")
+    assert math.isnan(scored["mean_reward"].value) and math.isnan(scored["pass_rate"].value)
 
 
 def test_quarantine_of_a_run_with_no_readable_line_keeps_the_previous_stage(published):

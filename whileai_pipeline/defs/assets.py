@@ -11,6 +11,7 @@ decides publish or reject from the reports, and describes what happened.
 
 import functools
 import hashlib
+import math
 import os
 
 import dagster as dg
@@ -28,7 +29,7 @@ from .config import FORMATS, DpoExportConfig, as_run_config, OnBadLine, PairsCon
 from .partitions import simulation_runs
 from .publishing import discard, failed_gates, publish, reject, rejected_dir_name, remove_other_formats
 from .resources import ENV_SETTLE, PartitionLockedError, PipelineStorage, copy_atomic, fingerprint, meta_path_for
-from .summaries import RawStats, dpo_numbers, export_summary_markdown, raw_facts, sft_numbers
+from .summaries import RawStats, dpo_numbers, export_summary_markdown, raw_facts, real, sft_numbers
 
 GROUP = "whileai"
 STAGE_RAW, STAGE_SCORED, STAGE_SFT_SOURCE, STAGE_PAIRS = "raw", "scored", "sft_source", "pairs"
@@ -290,14 +291,13 @@ def scored_simulation_data(
         "fails": stats.counts["fail"],
         "ungraded": stats.counts["ungraded"],
         "pass_rate": round(stats.counts["pass"] / (stats.counts["pass"] + stats.counts["fail"]), 4)
-        if stats.counts["pass"] + stats.counts["fail"] else 0.0,
+        if stats.counts["pass"] + stats.counts["fail"] else math.nan,  # no graded row: no rate, not 0
         "groups": len(stats.groups),
         **_reward_pictures(stats),
         "stage_path": dg.MetadataValue.path(str(scored)),
         "sha256": scored_sha,
     }
-    if stats.mean_reward is not None:
-        metadata["mean_reward"] = stats.mean_reward
+    metadata["mean_reward"] = real(stats.mean_reward)  # NaN when no row is graded: the key stays
     metadata["config"] = dg.MetadataValue.json(as_run_config(config))  # what a re-export runs with
     return dg.MaterializeResult(metadata=metadata)
 
@@ -376,8 +376,7 @@ def preference_pairs(
         "stage_path": dg.MetadataValue.path(str(path)),
         "sha256": sha256,
     }
-    if isinstance(report.get("mean_margin"), (int, float)):
-        metadata["mean_margin"] = float(report["mean_margin"])
+    metadata["mean_margin"] = real(report.get("mean_margin"))  # NaN with no pairs: the key stays
     if judge_report is not None:
         metadata["judge"] = config.judge
         metadata["judge_report"] = dg.MetadataValue.json(judge_report)

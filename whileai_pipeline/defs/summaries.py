@@ -1,6 +1,7 @@
 """Counting and markdown for asset metadata (plain Python, one row at a time, memory stays flat)."""
 
 import hashlib
+import math
 from collections import Counter
 
 PREVIEW_ROWS = 5
@@ -156,11 +157,17 @@ def dpo_numbers(report: dict) -> dict:
         "rows_leaked": num(leaks.get("n_leaked")),
         "rejected_quoting": num(leaks.get("rejected_quoting")),
     }
-    if isinstance(report.get("mean_margin"), (int, float)) and not isinstance(report.get("mean_margin"), bool):
-        out["mean_margin"] = float(report["mean_margin"])
-    if isinstance(report.get("chosen_longer_frac"), (int, float)):
-        out["chosen_longer_frac"] = float(report["chosen_longer_frac"])
+    out["mean_margin"] = real(report.get("mean_margin"))
+    out["chosen_longer_frac"] = real(report.get("chosen_longer_frac"))
     return out
+
+
+def real(value) -> float:
+    """A number for a plotted metadata key, NaN when there is none (no pairs, no graded row): the key
+    stays in every materialization, so a trend across re-exports shows a gap, not a missing series."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value)
 
 
 def export_summary_markdown(kind: str, reports: dict, outcomes: dict, status: str, validate: bool,
