@@ -48,6 +48,12 @@ def test_clean_run_every_asset_and_check_passes(clean):
         assert md["group_pass_rates"].value.startswith("| group | rollouts | pass |")
     assert not chain.storage.rejected_root(key).exists()
     assert not (chain.storage.stage_dir(key) / "candidates").exists()
+    # the tool calls of one export, counted once: each format writes the same calls
+    sft = materialization(result, "sft_export")
+    calls = sft["openai/tool_calls_checked"].value
+    assert calls == sft["trl/tool_calls_checked"].value > 0
+    assert checks[("sft_export", "tool_call_roundtrip")].description == (
+        f"all {calls} tool call(s) parse back to structured arguments in each of 2 format(s)")
 
 
 def test_sft_metadata_equals_library_report_for_the_same_input(clean, tmp_path):

@@ -255,3 +255,17 @@ def test_quarantine_of_a_run_with_no_readable_line_keeps_the_previous_stage(publ
         f"{chain.storage.run_path(key)} is a readable trajectory (first: line 1: ")
     assert stage.read_bytes() == staged
     assert [q["line"] for q in read_rows(chain.storage.stage_path(key, "quarantine"))] == [1, 2]
+
+
+def test_checks_without_a_materialization_fail_at_their_own_severity(chain, monkeypatch):
+    """The gates block (ERROR); consumer_format never does (WARN), not even with nothing to check. (The
+    checks are made to find no materialization: a run of the checks alone needs a partitioned job.)"""
+    from whileai_pipeline.defs import checks as checks_module
+
+    monkeypatch.setattr(checks_module, "_latest_metadata", lambda context, asset_key: (None, None))
+    key = chain.register()
+    result = chain.materialize(key)
+    checks = {name: (ev.passed, ev.severity) for (asset, name), ev in check_results(result).items()
+              if asset == "sft_export"}
+    assert checks == {"tool_call_roundtrip": (False, ERROR), "privileged_leak": (False, ERROR),
+                      "consumer_format": (False, WARN)}
