@@ -10,7 +10,7 @@ from collections import deque
 
 import orjson
 
-from .jsonl import dumps
+from .jsonl import LONG_DIGIT_RUN, dumps
 from .text import pyjson, text
 
 DECODE_PASSES = 3
@@ -40,7 +40,7 @@ def lenient_loads(value: str):
     return json.loads(value)
 
 
-_LONG_DIGITS = re.compile(r"[0-9]{19}")
+_LONG_DIGITS = re.compile(f"[0-9]{{{LONG_DIGIT_RUN}}}")  # the rule files are read by (jsonl)
 
 
 def decode_arguments(raw):
