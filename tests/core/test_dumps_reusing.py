@@ -100,3 +100,22 @@ def test_exports_are_the_same_bytes_as_with_plain_dumps(tmp_path, monkeypatch, f
         written = (tmp_path / f"{kind}-fast.jsonl").read_bytes()
         assert written == (tmp_path / f"{kind}-slow.jsonl").read_bytes()
         assert b'"tools":[{"type":"function"' in written
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+def test_a_row_nested_deeper_than_orjson_writes_keeps_its_tools(tmp_path, fmt):
+    """Past orjson's 255 levels ``dumps`` falls back to Python's json, which cannot write an
+    ``orjson.Fragment``: the tools are written from their own value there, not as the Fragment's repr."""
+    deep = []
+    for _ in range(300):
+        deep = [deep]
+    row = {"tools": TOOLS, "world_state": deep}
+    assert dumps_reusing(dict(row), "tools", dumps(TOOLS)) == dumps(row)
+    rows = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}],
+             "world_state": deep, "reward": 1.0}]
+    out = tmp_path / "sft.jsonl"
+    wai.export_dataset(rows, out, tools=TOOLS, format=fmt)
+    import json
+    written = json.loads(out.read_bytes())
+    assert written["tools"] == TOOLS
+    assert written["world_state"] == deep
