@@ -87,7 +87,7 @@ def test_exports_are_the_same_bytes_as_with_plain_dumps(tmp_path, monkeypatch, f
     import whileai_pipeline.core.preference as preference
     import whileai_pipeline.core.sft as sft
 
-    def plain(row, key, encoded):
+    def plain(row, key, encoded, undo=None):
         return dumps(row)
 
     monkeypatch.setattr(sft, "dumps_reusing", plain)

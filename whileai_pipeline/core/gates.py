@@ -71,15 +71,21 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 # ---------------------------------------------------------------- round-trip gate
 
-def count_tool_calls(messages, encoding):
-    """(tool calls, calls whose arguments do not parse back to an object) in these messages."""
+def count_tool_calls(messages, encoding, objects=None):
+    """(tool calls, calls whose arguments do not parse back to an object) in these messages.
+
+    ``objects``: the ``wire.ObjectTexts`` whose Fragments (objects by construction) these messages hold.
+    """
     checked = invalid = 0
+    fragments = {id(fn) for fn, _ in objects.placed} if objects else ()
     for message in messages or ():
         if not isinstance(message, dict):
             continue
         for call in message.get("tool_calls") or ():
             checked += 1
             fn = call.get("function") if isinstance(call, dict) else None
+            if fragments and id(fn) in fragments:
+                continue
             arguments = fn.get("arguments") if isinstance(fn, dict) else None
             if not arguments_are_structured(arguments, encoding):
                 invalid += 1

@@ -22,7 +22,7 @@ from .progress import tick
 from .rows import SchemaCheck, preference_problems, stamp
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
 from .trl import trl_preference_row
-from .wire import has_tool_calls, to_wire
+from .wire import ObjectTexts, has_tool_calls, to_wire
 
 PAIR_KEYS = (
     "tie", "pairwise", "first_turn_differs", "chosen_score", "rejected_score", "margin",
@@ -79,12 +79,13 @@ def _pair_outcomes(item, plans):
         return [_TIE] * len(plans)
     entry = {"prompt": item.get("prompt")}
     rebuilt = {}  # each side's conversation, built once for the wire rows and the leak checks
+    objects = ObjectTexts() if any(plan.trl for plan in plans) else None
     for side in ("chosen", "rejected"):
         row = item[side]
         messages = row.get("messages")
         if not messages:
             messages = rebuilt[side] = conversation(row)
-        entry[side] = to_wire(messages, system=base.system, strip_think=base.strip_think)
+        entry[side] = to_wire(messages, system=base.system, strip_think=base.strip_think, objects=objects)
     if base.tools:
         entry["tools"] = list(base.tools)
     for key in PAIR_KEYS:
@@ -96,16 +97,17 @@ def _pair_outcomes(item, plans):
     rejected_quotes = bool(leak_verdict(item["rejected"], rebuilt=rebuilt.get("rejected")))
     outcomes = []
     for plan in plans:
-        row = entry
+        row, placed = entry, None
         if plan.trl:
-            row = trl_preference_row(entry)  # a copy: the entry stays as it is for any other format
+            row = trl_preference_row(entry, objects)  # a copy: the entry stays as it is for any other format
             if row is None:
                 outcomes.append(_DROPPED)
                 continue
+            placed = objects
         delta, margin = row.get("length_delta"), row.get("margin")
         facts = (
-            count_tool_calls(row["chosen"], plan.encoding),
-            count_tool_calls(row["rejected"], plan.encoding),
+            count_tool_calls(row["chosen"], plan.encoding, placed),
+            count_tool_calls(row["rejected"], plan.encoding, placed),
             leak,
             rejected_quotes,
             bool(has_tool_calls(row["chosen"]) or has_tool_calls(row["rejected"])),
@@ -113,7 +115,10 @@ def _pair_outcomes(item, plans):
             row.get("first_turn_differs") is False,
             margin if isinstance(margin, (int, float)) else None,
         )
-        outcomes.append((preference_problems(row), facts, dumps_reusing(row, "tools", plan.tools_json)))
+        undo = placed.undo if placed is not None and placed.placed else None
+        outcomes.append((preference_problems(row), facts, dumps_reusing(row, "tools", plan.tools_json, undo=undo)))
+        if undo is not None:
+            placed.placed.clear()
     return outcomes
 
 

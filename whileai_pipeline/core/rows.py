@@ -28,17 +28,18 @@ def stamp(row):
     return row
 
 
-def convert_row(raw, system, tools, strip_think, mask_mode, unroll, cap, rebuilt=None):
+def convert_row(raw, system, tools, strip_think, mask_mode, unroll, cap, rebuilt=None, objects=None):
     """One source row -> its training entries (one, or one per assistant turn when unrolling).
 
-    ``rebuilt`` is ``conversation(raw)`` when the caller already built it.
+    ``rebuilt`` is ``conversation(raw)`` when the caller already built it; ``objects``: see ``to_wire``.
     """
     row = bridge_tool_trace(raw)
     messages = row.get("messages")
     if not messages:
         messages = rebuilt if (rebuilt is not None and row is raw) else conversation(row)
     stats = WireStats()
-    wire = to_wire(messages, system=system, strip_think=strip_think, max_tool_output_chars=cap, stats=stats)
+    wire = to_wire(messages, system=system, strip_think=strip_think, max_tool_output_chars=cap, stats=stats,
+                   objects=objects)
     entry = {"messages": wire}
     if stats.truncated:
         entry["tool_output_truncated"] = stats.truncated

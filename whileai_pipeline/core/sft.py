@@ -41,7 +41,7 @@ from .trl import (
     trl_completion_row,
     trl_training_row,
 )
-from .wire import has_tool_calls
+from .wire import ObjectTexts, has_tool_calls
 
 
 class _SftPlan:
@@ -73,30 +73,36 @@ def _sft_outcomes(raw, plans):
     rebuilt = None if raw.get("messages") else conversation(raw)
     leak = leak_outcome(raw, rebuilt=rebuilt)
     entries = [[] for _ in plans]
+    objects = ObjectTexts() if plans[-1].trl else None
     for entry in convert_row(raw, base.system, base.tools, base.strip_think, base.mask_mode, base.unroll, base.cap,
-                          rebuilt):
+                             rebuilt, objects):
         problems = training_problems(entry)
         group = row_summary(entry) if base.summarize_groups else None
         for plan, written in zip(plans, entries):
-            written.append((problems, group, _written(entry, plan)))
+            written.append((problems, group, _written(entry, plan, objects)))
     length_cut = raw.get("finish_reason") == "length"
     return [(leak, length_cut, written) for written in entries]
 
 
-def _written(entry, plan):
+def _written(entry, plan, objects=None):
     """One format's share of a training row: (facts, serialized row, tail), or None when TRL drops it.
 
     A TRL conversion decodes the entry's messages in place (unrolled samples share them, so those are
     copied): ``_plans`` puts the TRL plan last, after any format that reads the entry as it is.
+    Arguments ``objects`` holds stay text, written as they are (``wire.ObjectTexts``).
     """
     row = entry
-    if plan.trl:
-        row = (trl_completion_row(entry, copy=plan.unroll) if plan.completion_rows
-               else trl_training_row(entry, copy=plan.unroll))
+    if not plan.trl:
+        objects = None
+    else:
+        if objects is not None:
+            objects.placed.clear()  # a dropped unrolled sample's, if any
+        row = (trl_completion_row(entry, copy=plan.unroll, objects=objects) if plan.completion_rows
+               else trl_training_row(entry, copy=plan.unroll, objects=objects))
         if row is None:
             return None
     messages = row_conversation_messages(row)
-    checked, invalid = count_tool_calls(messages, plan.encoding)
+    checked, invalid = count_tool_calls(messages, plan.encoding, objects)
     if "completion" in row:
         trained, masked = len(row["completion"]), len(row["prompt"])
     else:
@@ -117,7 +123,8 @@ def _written(entry, plan):
         trained, masked,
         _reward_class(row.get("reward")),
     )
-    return facts, dumps_reusing(row, "tools", plan.tools_json), tail
+    undo = objects.undo if objects is not None and objects.placed else None
+    return facts, dumps_reusing(row, "tools", plan.tools_json, undo=undo), tail
 
 
 def _sft_lines(raw, plans):

@@ -20,11 +20,12 @@ TRL_LOSS_COMPLETION = (
 )
 
 
-def trl_messages(messages, *, copy=True):
+def trl_messages(messages, *, copy=True, objects=None):
     """Copy messages with tool-call arguments decoded to the objects the JSON strings held.
 
     ``copy=False`` decodes in place instead, for messages the caller built and reads no more (the
-    exporters' own rows: a row of 13 messages is 24 dict copies).
+    exporters' own rows: a row of 13 messages is 24 dict copies). ``objects`` (``wire.ObjectTexts``):
+    arguments it holds are left as their text, to be written as it is, not decoded.
     """
     out = []
     for message in messages or ():
@@ -48,7 +49,9 @@ def trl_messages(messages, *, copy=True):
                     )
                 if copy or not isinstance(fn, dict):
                     fn = dict(fn or {})
-                fn["arguments"] = decode_arguments(fn.get("arguments"))
+                arguments = fn.get("arguments")
+                if objects is None or not objects.place(fn, arguments):
+                    fn["arguments"] = decode_arguments(arguments)
                 call["function"] = fn
                 new_calls.append(call)
             message["tool_calls"] = new_calls
@@ -62,14 +65,14 @@ def _move_prompt_text(row, out):
         out["prompt_text"] = prompt
 
 
-def trl_training_row(row, *, copy=True):
+def trl_training_row(row, *, copy=True, objects=None):
     """A conversational ``messages`` row; the raw prompt text moves to ``prompt_text``, no loss_mask.
 
-    ``copy=False``: the row's messages are decoded in place (see ``trl_messages``)."""
+    ``copy=False`` and ``objects``: see ``trl_messages``."""
     out = {}
     for key, value in row.items():
         if key == "messages":
-            out[key] = trl_messages(value, copy=copy)
+            out[key] = trl_messages(value, copy=copy, objects=objects)
         elif key not in ("prompt", "loss_mask"):
             out[key] = value
     if "messages" not in out:  # spec 4.1: every TRL training row has its messages, maybe none
@@ -85,11 +88,11 @@ def last_assistant_index(messages) -> int:
     return -1
 
 
-def trl_completion_row(row, *, copy=True):
+def trl_completion_row(row, *, copy=True, objects=None):
     """A conversational prompt/completion row split at the last assistant turn, or None.
 
-    ``copy=False``: the row's messages are decoded in place (see ``trl_messages``)."""
-    messages = trl_messages(row.get("messages"), copy=copy)
+    ``copy=False`` and ``objects``: see ``trl_messages``."""
+    messages = trl_messages(row.get("messages"), copy=copy, objects=objects)
     cut = last_assistant_index(messages)
     if cut < 1:
         return None
@@ -108,10 +111,12 @@ def first_assistant_index(messages) -> int:
     return -1
 
 
-def trl_preference_row(row):
-    """Prompt = chosen side up to its first assistant turn; sides = the remainders (spec 4.1)."""
-    chosen = trl_messages(row.get("chosen"))
-    rejected = trl_messages(row.get("rejected"))
+def trl_preference_row(row, objects=None):
+    """Prompt = chosen side up to its first assistant turn; sides = the remainders (spec 4.1).
+
+    ``objects``: see ``trl_messages``."""
+    chosen = trl_messages(row.get("chosen"), objects=objects)
+    rejected = trl_messages(row.get("rejected"), objects=objects)
     ci, ri = first_assistant_index(chosen), first_assistant_index(rejected)
     if ci < 1 or ri < 1:
         return None

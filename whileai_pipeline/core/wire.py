@@ -77,12 +77,13 @@ def has_nonfinite(value) -> bool:
     return False
 
 
-def wire_arguments(raw) -> str:
+def wire_arguments(raw, objects=None) -> str:
     """The OpenAI ``function.arguments`` string: compact UTF-8 JSON (DECISIONS 2).
 
     Text that is not JSON stays as written, so the round-trip gate can see it. Non-finite floats are
     kept as ``NaN``/``Infinity`` tokens rather than silently turned into null: the strict gate then
-    refuses them (DECISIONS 3) instead of training on a value the agent never sent.
+    refuses them (DECISIONS 3) instead of training on a value the agent never sent. ``objects``
+    (``ObjectTexts``) collects the texts that a TRL row may carry as they are.
     """
     value = decode_arguments(raw)
     if isinstance(value, str):
@@ -94,10 +95,46 @@ def wire_arguments(raw) -> str:
             return value
     elif not value:
         value = {}
-    encoded = dumps(value)
+    try:
+        encoded = orjson.dumps(value)  # JSON's own types, string keys: what dumps writes, and canonical
+    except orjson.JSONEncodeError:
+        encoded = dumps(value)
+        objects = None
     if b"null" in encoded and has_nonfinite(value):  # orjson wrote NaN/Infinity as null
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
-    return encoded.decode("utf-8")
+    text = encoded.decode("utf-8")
+    if objects is not None and isinstance(value, dict):
+        objects.texts.add(text)
+    return text
+
+
+class ObjectTexts:
+    """Tool-call argument texts that ``to_wire`` wrote from a JSON object with plain ``orjson.dumps``.
+
+    Such a text reads back (``decode_arguments``) as an object that ``dumps`` writes as the very same
+    text, with no NaN or infinity in it. So a TRL row, which carries arguments as objects, can write
+    the text as it is (``place``: an ``orjson.Fragment``) instead of decoding it and encoding it again:
+    about 7 µs of a 20 KB bench row. ``undo`` decodes them after all, for ``jsonl.dumps_fragments``.
+    """
+
+    __slots__ = ("texts", "placed")
+
+    def __init__(self):
+        self.texts = set()
+        self.placed = []
+
+    def place(self, fn, arguments) -> bool:
+        """Put ``arguments`` in ``fn`` as a Fragment when it is one of these texts."""
+        if type(arguments) is not str or arguments not in self.texts:
+            return False
+        fn["arguments"] = orjson.Fragment(arguments)
+        self.placed.append((fn, arguments))
+        return True
+
+    def undo(self):
+        for fn, arguments in self.placed:
+            fn["arguments"] = decode_arguments(arguments)
+        self.placed.clear()
 
 
 def arguments_are_structured(arguments, encoding: str) -> bool:
@@ -162,12 +199,13 @@ class WireStats:
         return sum(c for _, c in self.cuts)
 
 
-def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None, stats=None):
+def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None, stats=None, objects=None):
     """Convert loose or wire messages to chat-completions wire messages.
 
     Tool-call ids (DECISIONS 9): a call without an id gets ``call_NNNN`` from a per-conversation
     counter that counts only generated ids; every id joins a FIFO of pending calls; a tool message
     that names its id takes that id out of the queue, one without takes the oldest pending id.
+    ``objects``: an ``ObjectTexts`` to collect argument texts a TRL row may carry as they are.
     """
     out = []
     if system:
@@ -203,10 +241,11 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
                         call_id = "call_%04d" % counter
                         counter += 1
                     pending.append(call_id)
+                    arguments = wire_arguments(fn.get("arguments"), objects)
                     wire_calls.append({
                         "id": call_id,
                         "type": "function",
-                        "function": {"name": text(fn.get("name") or ""), "arguments": wire_arguments(fn.get("arguments"))},
+                        "function": {"name": text(fn.get("name") or ""), "arguments": arguments},
                     })
                 entry["tool_calls"] = wire_calls
             out.append(entry)

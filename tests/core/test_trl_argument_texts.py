@@ -1,0 +1,145 @@
+"""A TRL export writes tool-call arguments that ``to_wire`` encoded from a JSON object as that text
+(``wire.ObjectTexts``) instead of decoding and encoding them again. The rows, the gate counts and the
+bytes must be what decoding gives, for every kind of argument value a row can hold."""
+
+import datetime
+import json
+from unittest import mock
+
+import orjson
+import pytest
+from hypothesis import example, given, settings, strategies as st
+
+import whileai_pipeline.simulations as wai
+from whileai_pipeline.core import preference, sft, trl
+from whileai_pipeline.core.wire import ObjectTexts, to_wire
+
+KEYS = st.one_of(st.text(max_size=4), st.integers(-3, 3), st.booleans(), st.none(),
+                 st.sampled_from(["1", "true", "null", "\ud800"]))
+LEAF = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.integers(-(2 ** 70), 2 ** 70), st.floats(), st.text(max_size=8),
+    st.sampled_from(["a\ud800", '{"a": 1}', '"{\\"b\\": 2}"', "NaN", "{bad", "12345678901234567890123",
+                     1e300, -0.0, 2 ** 64 - 1, -(2 ** 63), {1, 2}, datetime.date(2026, 11, 30), b"\xffraw"]),
+)
+VALUE = st.recursive(LEAF, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.tuples(inner, inner), st.dictionaries(KEYS, inner, max_size=3)), max_leaves=10)
+
+
+def _encoded(value, times):
+    for _ in range(times):
+        try:
+            value = json.dumps(value)
+        except (TypeError, ValueError):
+            break
+    return value
+
+
+def _row(arguments):
+    return {"prompt": "p", "final_text": "done", "reward": 1.0, "steps": [
+        {"tool": "lookup", "arguments": arguments, "result": "r"}, {"text": "a"},
+        {"tool": "lookup", "arguments": {"id": 7, "q": [1.5, None]}, "result": "r2"}]}
+
+
+def _outcomes(raw, plans, texts):
+    with mock.patch.object(sft, "ObjectTexts", ObjectTexts if texts else (lambda: None)):
+        return sft._sft_outcomes(raw, plans)
+
+
+PLANS = {
+    "training": dict(mask_mode="assistant", unroll=False),
+    "completion": dict(mask_mode="final", unroll=False),
+    "unrolled": dict(mask_mode="assistant", unroll=True),
+}
+
+
+@settings(max_examples=400, deadline=None)
+@example(value={1: "int key", "1": "str key"}, times=0, shape="training", both=False)
+@example(value={"x": float("nan")}, times=0, shape="training", both=True)
+@example(value={"n": 2 ** 70}, times=1, shape="completion", both=False)
+@example(value={"s": "a\ud800"}, times=0, shape="unrolled", both=True)
+@given(value=VALUE, times=st.integers(0, 5), shape=st.sampled_from(sorted(PLANS)), both=st.booleans())
+def test_outcomes_equal_the_decoding_path(value, times, shape, both):
+    formats = ["openai", "trl"] if both else ["trl"]
+    plans = sft._plans(formats, "sys", None, True, PLANS[shape]["mask_mode"], PLANS[shape]["unroll"], None)
+    raw = _row(_encoded(value, times))
+    assert _outcomes(raw, plans, True) == _outcomes(raw, plans, False)
+
+
+@settings(max_examples=200, deadline=None)
+@example(value={1: "int key", "1": "str key"}, times=0, formats=("trl",), tools=False)
+@example(value={"x": float("nan")}, times=1, formats=("openai", "trl"), tools=True)
+@given(value=VALUE, times=st.integers(0, 5), formats=st.sampled_from([("trl",), ("openai", "trl"), ("trl", "openai")]),
+       tools=st.booleans())
+def test_pair_outcomes_equal_the_decoding_path(value, times, formats, tools):
+    plans = [preference._PairPlan("sys", [{"type": "function"}] if tools else None, True, False, fmt)
+             for fmt in formats]
+    chosen = _row(_encoded(value, times))
+    item = {"prompt": "p", "chosen": chosen, "rejected": {**chosen, "final_text": "worse"}, "margin": 0.5}
+    with mock.patch.object(preference, "ObjectTexts", lambda: None):
+        slow = preference._pair_outcomes(item, plans)
+    assert preference._pair_outcomes(item, plans) == slow
+
+
+def test_object_arguments_are_written_as_their_text_not_decoded(tmp_path):
+    """The substitution really happens: with decoding switched off for everything but the texts
+    ``to_wire`` wrote, an export of object arguments is still complete and equal."""
+    rows = [_row({"id": i, "q": "x" * i}) for i in range(4)]
+    pairs = [{"prompt": "p", "chosen": rows[i], "rejected": rows[i + 1], "margin": 0.5} for i in range(3)]
+    want, want_dpo = tmp_path / "want.jsonl", tmp_path / "want-dpo.jsonl"
+    wai.export_dataset(rows, want, format="trl")
+    wai.export_preference(pairs, want_dpo, format="trl")
+    calls = []
+    real = trl.decode_arguments
+
+    def counting(arguments):
+        calls.append(arguments)
+        return real(arguments)
+
+    got, got_dpo = tmp_path / "got.jsonl", tmp_path / "got-dpo.jsonl"
+    with mock.patch.object(trl, "decode_arguments", counting):
+        wai.export_dataset(rows, got, format="trl")
+        wai.export_preference(pairs, got_dpo, format="trl")
+    assert calls == []
+    assert got.read_bytes() == want.read_bytes()
+    assert got_dpo.read_bytes() == want_dpo.read_bytes()
+    assert got_dpo.read_bytes().count(b'"arguments":{"id":') == 2 * 3 * 2  # two calls a side, three pairs
+    assert orjson.loads(got.read_bytes().splitlines()[0])["messages"][1]["tool_calls"][0]["function"]["arguments"] \
+        == {"id": 0, "q": ""}
+
+
+def test_only_texts_encoded_from_an_object_are_kept():
+    objects = ObjectTexts()
+    wire = to_wire([{"role": "assistant", "content": "", "tool_calls": [
+        {"function": {"name": "a", "arguments": {"id": 1}}},
+        {"function": {"name": "b", "arguments": "{not json"}},
+        {"function": {"name": "c", "arguments": {"x": float("inf")}}},
+        {"function": {"name": "d", "arguments": {1: "int key"}}},
+        {"function": {"name": "e", "arguments": [1, 2]}},
+        {"function": {"name": "f", "arguments": None}},
+    ]}], objects=objects)
+    texts = [call["function"]["arguments"] for call in wire[0]["tool_calls"]]
+    assert texts == ['{"id":1}', "{not json", '{"x":Infinity}', '{"1":"int key"}', "[1,2]", "{}"]
+    assert objects.texts == {'{"id":1}', "{}"}
+
+
+@pytest.mark.parametrize("fmt_list", [["trl"], ["openai", "trl"]])
+@pytest.mark.parametrize("shape", sorted(PLANS))
+def test_a_row_nested_deeper_than_orjson_writes_is_written_with_decoded_arguments(tmp_path, fmt_list, shape):
+    """Past 255 levels ``dumps`` falls back to Python's json, which cannot write a Fragment: the
+    arguments are decoded after all (``ObjectTexts.undo``), and the file equals the decoding path's."""
+    deep = []
+    for _ in range(300):
+        deep = [deep]
+    rows = [{**_row({"id": 1}), "world_state": deep}, _row({"id": 2})]
+    options = dict(mask_mode=PLANS[shape]["mask_mode"], unroll=PLANS[shape]["unroll"], tools=[{"type": "function"}])
+    outputs = {fmt: tmp_path / f"{fmt}-fast.jsonl" for fmt in fmt_list}
+    wai.export_datasets(rows, outputs, **options)
+    with mock.patch.object(sft, "ObjectTexts", lambda: None):
+        slow = {fmt: tmp_path / f"{fmt}-slow.jsonl" for fmt in fmt_list}
+        wai.export_datasets(rows, slow, **options)
+    for fmt in fmt_list:
+        assert outputs[fmt].read_bytes() == slow[fmt].read_bytes()
+    first = json.loads(outputs["trl"].read_bytes().splitlines()[0])
+    messages = first.get("messages") or first["prompt"] + first["completion"]
+    calls = [c for m in messages for c in m.get("tool_calls") or ()]
+    assert calls and all(isinstance(c["function"]["arguments"], dict) for c in calls)
