@@ -6,6 +6,7 @@ import datetime
 import json
 from unittest import mock
 
+import numpy
 import orjson
 import pytest
 from hypothesis import example, given, settings, strategies as st
@@ -143,3 +144,30 @@ def test_a_row_nested_deeper_than_orjson_writes_is_written_with_decoded_argument
     messages = first.get("messages") or first["prompt"] + first["completion"]
     calls = [c for m in messages for c in m.get("tool_calls") or ()]
     assert calls and all(isinstance(c["function"]["arguments"], dict) for c in calls)
+
+
+@settings(max_examples=400, deadline=None)
+@example(value={1: "int key", "1": "str key"}, times=0)
+@example(value={"a": {1, 2}, "d": datetime.date(2026, 11, 30)}, times=0)
+@example(value={"n": numpy.array([0.1, 2.5], dtype=numpy.float32), "i": numpy.int64(3)}, times=0)
+@given(value=VALUE, times=st.integers(0, 5))
+def test_wire_text_is_what_dumps_writes(value, times):
+    """``wire_arguments`` tries plain ``orjson.dumps`` first (to know which texts are canonical): its
+    text must stay what ``jsonl.dumps`` (non-string keys, numpy, the ``default`` conversions) writes."""
+    from whileai_pipeline.core.jsonl import dumps
+    from whileai_pipeline.core.wire import decode_arguments, has_nonfinite, lenient_loads, wire_arguments
+
+    raw = _encoded(value, times)
+    decoded = decode_arguments(raw)
+    if isinstance(decoded, str):
+        try:
+            decoded = lenient_loads(decoded)
+        except ValueError:
+            assert wire_arguments(raw) == decoded
+            return
+    elif not decoded:
+        decoded = {}
+    if has_nonfinite(decoded):
+        assert wire_arguments(raw) == json.dumps(decoded, separators=(",", ":"), ensure_ascii=False, default=str)
+    else:
+        assert wire_arguments(raw) == dumps(decoded).decode()
