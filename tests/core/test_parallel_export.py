@@ -184,13 +184,19 @@ def test_pooled_preference_counts_ties_skips_and_drops_as_one_process(tmp_path, 
 
     with open(tmp_path / "pairs.jsonl", "ab") as fh:  # one entry without a rejected side fails both alike
         fh.write(dumps({"prompt": "p", "chosen": {"prompt": "p", "final_text": "yes"}}) + b"\n")
+    last_line = (tmp_path / "pairs.jsonl").read_bytes().count(b"\n")
     errors = []
     for workers in (1, 2):
         with pytest.raises(ValueError, match="^export_preference takes chosen/rejected pairs, and 1 of ") as failed:
             wai.export_preference(tmp_path / "pairs.jsonl", tmp_path / "three.jsonl", workers=workers, **opts)
         errors.append(str(failed.value))
     assert errors[0] == errors[1]
+    assert errors[0].endswith(f" The first is line {last_line} of {tmp_path / 'pairs.jsonl'}.")
     assert not (tmp_path / "three.jsonl").exists()
+    entries = [orjson.loads(line) for line in (tmp_path / "pairs.jsonl").read_bytes().splitlines()]
+    entries.insert(3, {"prompt": "p", "rejected": {"prompt": "p", "final_text": "no"}})
+    with pytest.raises(ValueError, match=r"and 2 of \d+ entries .* The first is index 3 of the pairs given\.$"):
+        wai.export_preference(iter(entries), tmp_path / "three.jsonl", **opts)
 
 
 _RECORD_POOLS = (

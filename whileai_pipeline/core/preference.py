@@ -132,14 +132,17 @@ class _PairTally:
         self.n_entries = self.skipped = self.bad = self.ties = self.dropped = self.n_out = 0
         self.rejected_quoting = self.deltas = self.longer = self.identical = self.rows_with_calls = 0
         self.n_margins, self.margin_sum = 0, 0
+        self.first_bad = None  # the line number (a file) or index (rows) of the first entry that is no pair
 
-    def consume(self, outcome):
+    def consume(self, outcome, position):
         tick(self.progress, self.n_entries + self.skipped + 1)
         if outcome is _SKIP:
             self.skipped += 1
             return
         self.n_entries += 1
         if outcome is _BAD:
+            if not self.bad:
+                self.first_bad = position
             self.bad += 1
             return
         if self.bad:  # the export fails anyway; count the rest
@@ -189,9 +192,9 @@ def _pair_lines(item, plans):
 def _run_pairs(src, plans, tallies, spools, workers):
     """Feed every pair's outcomes to the tallies (one per format): in this process, or over worker
     processes for a big file written to files."""
-    def consume(outcomes):
+    def consume(outcomes, position):
         for tally, outcome in zip(tallies, outcomes):
-            tally.consume(outcome)
+            tally.consume(outcome, position)
 
     if src.hashed is not None and all(spool.dest is not None for spool in spools):
         from .parallel import WorkerPool, byte_chunks, workers_for, write_chunk
@@ -202,14 +205,18 @@ def _run_pairs(src, plans, tallies, spools, workers):
             with WorkerPool(n) as pool:
                 jobs = ((chunk, _pair_lines, plans, tuple(spool.part(k) for spool in spools))
                         for k, chunk in enumerate(byte_chunks(src.path)))
-                for outcomes, parts, _ in pool.ordered(write_chunk, src.path, jobs, writes_beside=spools[0].dest):
-                    for _, outcome in outcomes:
-                        consume(outcome)
+                lines_done = 0  # a chunk numbers its lines from 1
+                for outcomes, parts, n_lines in pool.ordered(write_chunk, src.path, jobs,
+                                                             writes_beside=spools[0].dest):
+                    for lineno, outcome in outcomes:
+                        consume(outcome, lines_done + lineno)
+                    lines_done += n_lines
                     for spool, part in zip(spools, parts):
                         spool.append_part(part)
             return
-    for item in src.rows:
-        consume(_pair_outcomes(item, plans))
+    numbered = src.hashed.numbered() if src.hashed is not None else enumerate(src.rows)
+    for position, item in numbered:
+        consume(_pair_outcomes(item, plans), position)
 
 
 def export_preference(pairs, output=None, *, system_prompt=None, tools=None, strip_think=True, validate=True,
@@ -289,10 +296,12 @@ def _checked_report(tally, src, format, validate, started):
     rejected_quoting, deltas, longer, identical = t.rejected_quoting, t.deltas, t.longer, t.identical
     rows_with_calls, roundtrip, leaks, schema = t.rows_with_calls, t.roundtrip, t.leaks, t.schema
     if bad:
+        first = (f"line {t.first_bad} of {src.path}" if src.hashed is not None
+                 else f"index {t.first_bad} of the pairs given")
         raise ValueError(
             f"export_preference takes chosen/rejected pairs, and {bad} of {n_entries} entries have no "
             "chosen/rejected side. Build the pairs first: export_preference(build_preference_pairs(rows), ...) "
-            "or scored.select_for_preference().")
+            f"or scored.select_for_preference(). The first is {first}.")
     schema.raise_if_bad()
 
     report = {"pairs": n_out, "format": format, "tool_call_roundtrip": roundtrip.report()}

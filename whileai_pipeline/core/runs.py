@@ -114,6 +114,10 @@ class _HashingRows:
         for _, row in iter_jsonl(self.path, hasher=self.sha256):
             yield row
 
+    def numbered(self):
+        """(line number, row) of each row, hashed on the way as ``__iter__`` does."""
+        return iter_jsonl(self.path, hasher=self.sha256)
+
 
 @dataclass
 class Source:
