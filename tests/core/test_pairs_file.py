@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import whileai_pipeline.simulations as wai
-from whileai_pipeline.core.jsonl import dumps
+from whileai_pipeline.core.jsonl import dumps, write_jsonl
 from whileai_pipeline.core.pairs import build_pairs_file
 
 row = st.fixed_dictionaries({
@@ -117,3 +117,23 @@ def test_judging_a_pairs_file_equals_judging_the_list(tmp_path):
     with pytest.raises(ValueError, match=rf"^{written}:{len(pairs) + 1} is not a pair"):
         judge_pairs_file(written, written, judge)
     assert written.read_bytes() == before  # nothing replaced
+
+
+@pytest.mark.parametrize("build", ["rows", "file"])
+def test_a_min_margin_that_is_nan_or_not_a_number_is_refused(tmp_path, build):
+    """The reference takes NaN and pairs nothing without a word; ours says what is wrong, as for 0."""
+    rows = [{"prompt": "p", "reward": r, "final_text": "x" * (i + 1)} for i, r in enumerate([0.0, 1.0, 2.0])]
+    run = tmp_path / "run.jsonl"
+    write_jsonl(run, rows)
+
+    def pairs(margin):
+        if build == "rows":
+            return wai.build_preference_pairs(rows, min_margin=margin)
+        return build_pairs_file(run, tmp_path / "pairs.jsonl", min_margin=margin)
+
+    with pytest.raises(ValueError, match=r"^min_margin must be positive; equal scores carry no preference \(got nan\)$"):
+        pairs(float("nan"))
+    with pytest.raises(TypeError, match=r"^min_margin must be a number, got str '1'; pass the smallest reward"):
+        pairs("1")
+    assert not (tmp_path / "pairs.jsonl").exists()
+    assert pairs(1.0)  # the same rows pair with a number

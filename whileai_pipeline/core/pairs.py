@@ -191,10 +191,20 @@ def summary_fields(row, _=None):
 
 # ---------------------------------------------------------------- selection
 
+def check_min_margin(min_margin):
+    """A positive number. NaN is refused too: the reference takes it and silently pairs nothing."""
+    try:
+        positive = min_margin > 0
+    except TypeError:
+        raise TypeError(f"min_margin must be a number, got {type(min_margin).__name__} {min_margin!r:.40}; "
+                        "pass the smallest reward difference a pair must have, e.g. 1.0") from None
+    if not positive:
+        raise ValueError(f"{MIN_MARGIN_ERROR} (got {min_margin!r})")
+
+
 def plan_pairs(summaries, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True):
     """Greedy pairing within each prompt group; returns ([(chosen, rejected), ...], prompts_seen, with_contrast)."""
-    if min_margin <= 0:
-        raise ValueError(MIN_MARGIN_ERROR)
+    check_min_margin(min_margin)
     groups = {}
     for summary in summaries:
         if summary is not None:
@@ -296,8 +306,7 @@ def pairs_report(plan, prompts_seen, with_contrast, min_margin):
 
 def build_preference_pairs(rows, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True):
     """Spec 8.2: (pairs, report). Each pair holds the chosen and rejected rows themselves."""
-    if min_margin <= 0:
-        raise ValueError(MIN_MARGIN_ERROR)
+    check_min_margin(min_margin)
     rows = list(rows)
     plan, seen, contrast = plan_pairs((summarize(i, row) for i, row in enumerate(rows)),
                                       max_pairs_per_prompt=max_pairs_per_prompt, min_margin=min_margin,
@@ -483,8 +492,7 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
     back the rows each pair names.
     Returns the pair report plus ``path``, ``n_written`` and ``sha256`` of the written file.
     """
-    if min_margin <= 0:
-        raise ValueError(MIN_MARGIN_ERROR)
+    check_min_margin(min_margin)
     source, output = os.path.expanduser(source), os.path.expanduser(output)
     from .jsonl import atomic_file, iter_jsonl_spans, require_file
     from .output import refuse_source
