@@ -137,3 +137,17 @@ def test_a_min_margin_that_is_nan_or_not_a_number_is_refused(tmp_path, build):
         pairs("1")
     assert not (tmp_path / "pairs.jsonl").exists()
     assert pairs(1.0)  # the same rows pair with a number
+
+
+def test_a_pair_margin_is_the_score_difference_rounded_to_six_places():
+    """Spec 8.2: ``margin = round(chosen - rejected, 6)``; 0.3 - 0.1 is 0.19999999999999998 in floats."""
+    rows = [{"prompt": "p", "reward": 0.3, "final_text": "aa"}, {"prompt": "p", "reward": 0.1, "final_text": "ab"}]
+    pairs, _ = wai.build_preference_pairs(rows, min_margin=0.1)
+    assert [p["margin"] for p in pairs] == [0.2]
+
+
+def test_scrub_reaches_privileged_keys_inside_tuples():
+    """DECISIONS 8 at any depth: in-memory metadata may hold tuples, which keep their type."""
+    scrubbed = wai.scrub({"lineage": ({"privileged": "answer", "step": 1}, [{"reference": "r", "rubric": "x"}])})
+    assert scrubbed == {"lineage": ({"step": 1}, [{}])}
+    assert type(scrubbed["lineage"]) is tuple

@@ -68,11 +68,18 @@ def test_trailing_hash_stops_and_reports_a_short_file(tmp_path):
 
     from whileai_pipeline.core.output import TrailingHash
 
+    import threading
+
     path = tmp_path / "growing"
     path.write_bytes(b"abc")
+    before = set(threading.enumerate())
     stopped = TrailingHash(path)
+    started = set(threading.enumerate()) - before
+    assert started  # the hashing thread
     stopped.advance(2)
-    stopped.stop()  # returns: the thread ended
+    stopped.stop()  # returns once the thread ended, having given up (no hash)
+    assert not [t for t in started if t.is_alive()]
+    assert stopped._digest.done() and stopped._digest.result(timeout=0) is None
     short = TrailingHash(path)
     short.advance(10)
     with pytest.raises(OSError, match="shorter than the 10 bytes"):
