@@ -143,7 +143,8 @@ def instance_env(dagster_home: Path, storage_root: Path) -> dict:
 
 def materialize_sample(dagster_home: Path, storage_root: Path, timeout: float = 150.0) -> dict:
     """A SQLite instance in ``dagster_home`` holding one successful run of the sample: the CLI's own
-    ``whileai-pipeline demo`` with ``DAGSTER_HOME`` set, exactly as docs/ui.md tells a user to do."""
+    ``whileai-pipeline demo`` with ``DAGSTER_HOME`` set, exactly as the README's "The UI" section tells
+    a user to do."""
     dagster_home.mkdir(parents=True, exist_ok=True)
     (dagster_home / "dagster.yaml").write_text(DAGSTER_YAML)
     env = instance_env(dagster_home, storage_root)
