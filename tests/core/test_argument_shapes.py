@@ -2,6 +2,7 @@
 into silent nonsense; ``~`` in a path means the home directory, as in pandas, not a folder named ``~``; and
 tool-call arguments of odd shapes do not stop pair building."""
 
+import json
 import os
 
 import pytest
@@ -93,3 +94,25 @@ def test_tool_arguments_whose_keys_cannot_be_sorted_do_not_stop_pair_building():
     assert [p["first_turn_differs"] for p in pairs] == [True]
     pairs, _ = wai.build_preference_pairs([row(0, 1, mixed), row(1, 0, dict(mixed))])
     assert [p["first_turn_differs"] for p in pairs] == [False]
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+def test_arguments_with_nan_get_the_same_conversions_as_without(tmp_path, fmt):
+    """Sets, bytes and dates in arguments are written one way (DECISIONS 1), also beside a NaN, which
+    keeps its token for the gate to refuse (here with validate=False, so the row is written)."""
+    import datetime
+
+    args = {"s": {2, 1}, "b": b"hi", "t": datetime.datetime(2024, 1, 2, 3, 4, 5)}
+    written = {}
+    for name, extra in (("finite", {}), ("with_nan", {"f": float("nan")})):
+        row = {"prompt": "p", "reward": 1, "final_text": "ok",
+               "steps": [{"tool": "t", "arguments": {**args, **extra}, "result": "r"}]}
+        out = tmp_path / f"{name}.jsonl"
+        report = wai.export_dataset([row], out, format=fmt, validate=False)
+        assert report["tool_call_roundtrip"]["invalid"] == (name == "with_nan")
+        message = json.loads(out.read_bytes())["messages"][1]
+        arguments = message["tool_calls"][0]["function"]["arguments"]
+        written[name] = json.loads(arguments) if fmt == "openai" else arguments
+    expected = {"s": [1, 2], "b": "hi", "t": "2024-01-02T03:04:05"}
+    assert written["finite"] == expected
+    assert {k: v for k, v in written["with_nan"].items() if k != "f"} == expected

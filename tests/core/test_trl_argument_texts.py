@@ -149,12 +149,13 @@ def test_a_row_nested_deeper_than_orjson_writes_is_written_with_decoded_argument
 @settings(max_examples=400, deadline=None)
 @example(value={1: "int key", "1": "str key"}, times=0)
 @example(value={"a": {1, 2}, "d": datetime.date(2026, 11, 30)}, times=0)
+@example(value={"a": {1, 2}, "d": datetime.date(2026, 11, 30), "b": b"x", "f": float("-inf")}, times=0)
 @example(value={"n": numpy.array([0.1, 2.5], dtype=numpy.float32), "i": numpy.int64(3)}, times=0)
 @given(value=VALUE, times=st.integers(0, 5))
 def test_wire_text_is_what_dumps_writes(value, times):
     """``wire_arguments`` tries plain ``orjson.dumps`` first (to know which texts are canonical): its
     text must stay what ``jsonl.dumps`` (non-string keys, numpy, the ``default`` conversions) writes."""
-    from whileai_pipeline.core.jsonl import dumps
+    from whileai_pipeline.core.jsonl import dumps, jsonable
     from whileai_pipeline.core.wire import decode_arguments, has_nonfinite, lenient_loads, wire_arguments
 
     raw = _encoded(value, times)
@@ -168,6 +169,6 @@ def test_wire_text_is_what_dumps_writes(value, times):
     elif not decoded:
         decoded = {}
     if has_nonfinite(decoded):
-        assert wire_arguments(raw) == json.dumps(decoded, separators=(",", ":"), ensure_ascii=False, default=str)
+        assert wire_arguments(raw) == json.dumps(decoded, separators=(",", ":"), ensure_ascii=False, default=jsonable)
     else:
         assert wire_arguments(raw) == dumps(decoded).decode()

@@ -25,7 +25,7 @@ _DUMP_OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 TMP_SUFFIX = ".tmp"
 
 
-def _default(value):
+def jsonable(value):
     """The one conversion for values JSON has no type for (DECISIONS 1).
 
     Sets become sorted lists (insertion order when unsortable), bytes become UTF-8 text
@@ -46,13 +46,13 @@ def _default(value):
 def dumps(value, option=_DUMP_OPTS) -> bytes:
     """Compact UTF-8 JSON; non-finite floats become ``null`` (DECISIONS 1)."""
     try:
-        return orjson.dumps(value, default=_default, option=option)
+        return orjson.dumps(value, default=jsonable, option=option)
     except orjson.JSONEncodeError:
         # orjson refuses integers beyond 64 bits, text that is not Unicode and some exotic keys: fall
         # back to a copy with those parts made writable.
         try:
             plain = _plain(value)
-            return orjson.dumps(plain, default=_default, option=option)
+            return orjson.dumps(plain, default=jsonable, option=option)
         except orjson.JSONEncodeError:  # nested deeper than orjson writes (255 levels): Python's json
             return _stdlib_dumps(plain, option)
         except RecursionError:
@@ -63,7 +63,7 @@ def _stdlib_dumps(plain, option):
     indent = 2 if option & orjson.OPT_INDENT_2 else None
     separators = None if indent else (",", ":")
     try:
-        return json.dumps(plain, default=_default, ensure_ascii=False, allow_nan=False, indent=indent,
+        return json.dumps(plain, default=jsonable, ensure_ascii=False, allow_nan=False, indent=indent,
                           separators=separators).encode()
     except RecursionError:
         raise _too_deep() from None
@@ -112,7 +112,7 @@ def _plain_key(key):
     if isinstance(key, str):
         return unicode_text(key)
     try:
-        orjson.dumps({key: None}, default=_default, option=_DUMP_OPTS)
+        orjson.dumps({key: None}, default=jsonable, option=_DUMP_OPTS)
     except orjson.JSONEncodeError:
         return str(key)
     return key
@@ -145,7 +145,7 @@ def dumps_fragments(value, undo) -> bytes:
     json, past orjson's 255 levels): that rare value is written with its own parts instead.
     """
     try:
-        return orjson.dumps(value, default=_default, option=_DUMP_OPTS)
+        return orjson.dumps(value, default=jsonable, option=_DUMP_OPTS)
     except orjson.JSONEncodeError:
         undo()
         return dumps(value)

@@ -10,7 +10,7 @@ from collections import deque
 
 import orjson
 
-from .jsonl import LONG_DIGIT_RUN, dumps
+from .jsonl import LONG_DIGIT_RUN, dumps, jsonable
 from .text import pyjson, text
 
 DECODE_PASSES = 3
@@ -101,7 +101,7 @@ def wire_arguments(raw, objects=None) -> str:
         encoded = dumps(value)
         objects = None
     if b"null" in encoded and has_nonfinite(value):  # orjson wrote NaN/Infinity as null
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=jsonable)
     text = encoded.decode("utf-8")
     if objects is not None and isinstance(value, dict):
         objects.texts.add(text)
