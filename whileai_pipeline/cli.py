@@ -260,6 +260,10 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     if not verbose:
         run_config = {**run_config, "loggers": {"console": {"config": {"log_level": "ERROR"}}}}
     job = defs.resolve_job_def("simulation_chain")
+    try:  # an unknown key in an ``ops:`` file, before the run is registered: nothing runs
+        dg.validate_run_config(job, run_config)
+    except dg.DagsterInvalidConfigError as exc:
+        raise UsageError(f"invalid config: {exc}") from None
     if not verbose and out.isatty():
         _attach_progress_bars(out)
     capture = contextlib.nullcontext() if verbose else contextlib.redirect_stderr(io.StringIO())

@@ -331,3 +331,29 @@ def test_a_scorer_or_judge_that_cannot_be_imported_is_bad_usage_before_anything_
         assert cli_module.main(["run", str(SAMPLE), "--config", str(config), "--home", str(home)]) == 2
         assert f"whileai-pipeline: error: {said}" in capsys.readouterr().err
     assert not home.exists()
+
+
+def test_an_unknown_key_in_an_ops_config_is_bad_usage_before_the_run_is_registered(home, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """A typo in Dagster's ``ops:`` form exits 2 like one in the flat form, with nothing copied to the
+    inbox and no partition added (a running sensor would have exported that copy with other options)."""
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    config = tmp_path / "typo.yaml"
+    config.write_text("ops:\n  sft_export:\n    config:\n      mask_modes: final\n")
+    assert cli_module.main(["run", str(SAMPLE), "--config", str(config), "--home", str(home)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("whileai-pipeline: error: invalid config: ")
+    assert 'unexpected config entry "mask_modes" at path root:ops:sft_export:config' in err
+    assert not (home / "inbox").exists() or not any((home / "inbox").iterdir())
+    assert not (home / "dagster_home").exists() or not _partitions(home)
+
+
+def _partitions(home):
+    import dagster as dg
+
+    from whileai_pipeline.defs.partitions import PARTITIONS_NAME
+
+    with dg.DagsterInstance.from_config(str(home / "dagster_home")) as instance:
+        return instance.get_dynamic_partitions(PARTITIONS_NAME)
