@@ -96,7 +96,9 @@ def wire_arguments(raw, objects=None) -> str:
     elif not value:
         value = {}
     try:
-        encoded = orjson.dumps(value)  # JSON's own types, string keys: what dumps writes, and canonical
+        # Types orjson writes itself, string keys: the text dumps writes, and it reads back as a value
+        # that dumps writes as the same text (ObjectTexts relies on that).
+        encoded = orjson.dumps(value)
     except orjson.JSONEncodeError:
         encoded = dumps(value)
         objects = None
