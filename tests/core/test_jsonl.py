@@ -163,3 +163,25 @@ def test_rows_nested_deeper_than_orjson_writes_are_written_and_deeper_than_json_
     (tmp_path / "deep_int.jsonl").write_bytes(b'{"a": 1}\n' + line)
     with pytest.raises(wai.BadJsonlError, match=r"^bad_jsonl: .*deep_int\.jsonl:2: nested too deep for Python's json"):
         list(read_jsonl(tmp_path / "deep_int.jsonl"))
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+def test_a_big_integer_in_a_row_too_deep_for_orjson_is_written_as_its_digits(tmp_path, fmt):
+    """Past 255 levels ``dumps`` falls back to Python's json, which cannot write the Fragment orjson's
+    fallback uses for an integer beyond 64 bits: it once wrote the Fragment's repr (a memory address)."""
+    import json
+
+    import whileai_pipeline.simulations as wai
+    from whileai_pipeline.core.jsonl import dumps
+
+    deep = []
+    for _ in range(300):
+        deep = [deep]
+    assert dumps({"n": 2 ** 64, "deep": deep}).startswith(b'{"n":18446744073709551616,"deep":[[[')
+    rows = [{"prompt": "p", "final_text": "done", "reward": 1, "world_state": deep,
+             "steps": [{"tool": "t", "arguments": {"order": 2 ** 64}, "result": "r"}, {"text": "a"}]}]
+    wai.export_dataset(rows, tmp_path / "out.jsonl", format=fmt)
+    written = tmp_path.joinpath("out.jsonl").read_bytes()
+    assert json.loads(written)["world_state"] == deep
+    expected = b'{"order":18446744073709551616}' if fmt == "trl" else b'"{\\"order\\":18446744073709551616}"'
+    assert b'"arguments":' + expected in written

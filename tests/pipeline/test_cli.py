@@ -357,3 +357,14 @@ def _partitions(home):
 
     with dg.DagsterInstance.from_config(str(home / "dagster_home")) as instance:
         return instance.get_dynamic_partitions(PARTITIONS_NAME)
+
+
+def test_an_execution_block_in_an_ops_config_still_runs(home, tmp_path, monkeypatch):
+    """execute_in_process takes any ``execution:`` block (it runs on its own executor): the check
+    before registering must not refuse what the run itself accepts."""
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    config = tmp_path / "exec.yaml"
+    config.write_text("ops: {}\nexecution:\n  config:\n    multiprocess:\n      max_concurrent: 1\n")
+    assert cli_module.main(["run", str(SAMPLE), "--config", str(config), "--home", str(home)]) == 0

@@ -53,16 +53,18 @@ def dumps(value, option=_DUMP_OPTS) -> bytes:
         try:
             plain = _plain(value)
             return orjson.dumps(plain, default=jsonable, option=option)
-        except orjson.JSONEncodeError:  # nested deeper than orjson writes (255 levels): Python's json
-            return _stdlib_dumps(plain, option)
+        except orjson.JSONEncodeError:  # nested deeper than orjson writes (255 levels): Python's json,
+            # which cannot write a Fragment but writes a big integer with all its digits itself
+            return _stdlib_dumps(value, option)
         except RecursionError:
             raise _too_deep() from None
 
 
-def _stdlib_dumps(plain, option):
+def _stdlib_dumps(value, option):
     indent = 2 if option & orjson.OPT_INDENT_2 else None
     separators = None if indent else (",", ":")
     try:
+        plain = _plain(value, big_ints=False)  # json cannot write the Fragments orjson gets for big integers
         return json.dumps(plain, default=jsonable, ensure_ascii=False, allow_nan=False, indent=indent,
                           separators=separators).encode()
     except RecursionError:
@@ -74,7 +76,7 @@ def _too_deep():
                        "1,000 levels); flatten it (e.g. store it as a string) before exporting")
 
 
-def _plain(value):
+def _plain(value, big_ints=True):
     """``value`` with what orjson refuses made writable, everything else written as orjson writes it,
     so the fallback changes only the refused parts (a row's bytes do not depend on whether some other
     part of it needed the fallback).
@@ -84,13 +86,13 @@ def _plain(value):
     cannot be UTF-8: each lone half becomes U+FFFD (``unicode_text``).
     """
     if isinstance(value, dict):
-        return {_plain_key(k): _plain(v) for k, v in value.items()}
+        return {_plain_key(k): _plain(v, big_ints) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_plain(v, big_ints) for v in value]
     if isinstance(value, str):
         return unicode_text(value)
     if isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**64:
-        return orjson.Fragment(int.__repr__(value))
+        return orjson.Fragment(int.__repr__(value)) if big_ints else int(value)
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
