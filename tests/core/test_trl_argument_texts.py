@@ -13,6 +13,7 @@ from hypothesis import example, given, settings, strategies as st
 
 import whileai_pipeline.simulations as wai
 from whileai_pipeline.core import preference, sft, trl
+from whileai_pipeline.core.jsonl import write_jsonl
 from whileai_pipeline.core.wire import ObjectTexts, to_wire
 
 KEYS = st.one_of(st.text(max_size=4), st.integers(-3, 3), st.booleans(), st.none(),
@@ -61,7 +62,8 @@ PLANS = {
 @given(value=VALUE, times=st.integers(0, 5), shape=st.sampled_from(sorted(PLANS)), both=st.booleans())
 def test_outcomes_equal_the_decoding_path(value, times, shape, both):
     formats = ["openai", "trl"] if both else ["trl"]
-    plans = sft._plans(formats, "sys", None, True, PLANS[shape]["mask_mode"], PLANS[shape]["unroll"], None)
+    plans = sft._plans(formats, "sys", None, True, PLANS[shape]["mask_mode"], PLANS[shape]["unroll"], None,
+                       json_rows=True)
     raw = _row(_encoded(value, times))
     assert _outcomes(raw, plans, True) == _outcomes(raw, plans, False)
 
@@ -72,7 +74,7 @@ def test_outcomes_equal_the_decoding_path(value, times, shape, both):
 @given(value=VALUE, times=st.integers(0, 5), formats=st.sampled_from([("trl",), ("openai", "trl"), ("trl", "openai")]),
        tools=st.booleans())
 def test_pair_outcomes_equal_the_decoding_path(value, times, formats, tools):
-    plans = [preference._PairPlan("sys", [{"type": "function"}] if tools else None, True, False, fmt)
+    plans = [preference._PairPlan("sys", [{"type": "function"}] if tools else None, True, False, fmt, json_rows=True)
              for fmt in formats]
     chosen = _row(_encoded(value, times))
     item = {"prompt": "p", "chosen": chosen, "rejected": {**chosen, "final_text": "worse"}, "margin": 0.5}
@@ -85,7 +87,10 @@ def test_object_arguments_are_written_as_their_text_not_decoded(tmp_path):
     """The substitution really happens: with decoding switched off for everything but the texts
     ``to_wire`` wrote, an export of object arguments is still complete and equal."""
     rows = [_row({"id": i, "q": "x" * i}) for i in range(4)]
-    pairs = [{"prompt": "p", "chosen": rows[i], "rejected": rows[i + 1], "margin": 0.5} for i in range(3)]
+    write_jsonl(tmp_path / "run.jsonl", rows)
+    write_jsonl(tmp_path / "pairs.jsonl",
+                [{"prompt": "p", "chosen": rows[i], "rejected": rows[i + 1], "margin": 0.5} for i in range(3)])
+    rows, pairs = tmp_path / "run.jsonl", tmp_path / "pairs.jsonl"  # JSONL sources: JSON's own types only
     want, want_dpo = tmp_path / "want.jsonl", tmp_path / "want-dpo.jsonl"
     wai.export_dataset(rows, want, format="trl")
     wai.export_preference(pairs, want_dpo, format="trl")
@@ -131,10 +136,20 @@ def test_a_row_nested_deeper_than_orjson_writes_is_written_with_decoded_argument
     deep = []
     for _ in range(300):
         deep = [deep]
-    rows = [{**_row({"id": 1}), "world_state": deep}, _row({"id": 2})]
+    rows = tmp_path / "run.jsonl"
+    write_jsonl(rows, [{**_row({"id": 1}), "world_state": deep}, _row({"id": 2})])
     options = dict(mask_mode=PLANS[shape]["mask_mode"], unroll=PLANS[shape]["unroll"], tools=[{"type": "function"}])
     outputs = {fmt: tmp_path / f"{fmt}-fast.jsonl" for fmt in fmt_list}
-    wai.export_datasets(rows, outputs, **options)
+    undone = []
+    real_undo = ObjectTexts.undo
+
+    def counting_undo(self):
+        undone.append(len(self.placed))
+        real_undo(self)
+
+    with mock.patch.object(ObjectTexts, "undo", counting_undo):
+        wai.export_datasets(rows, outputs, **options)
+    assert undone and all(undone)  # the deep row's Fragments were decoded after all
     with mock.patch.object(sft, "ObjectTexts", lambda: None):
         slow = {fmt: tmp_path / f"{fmt}-slow.jsonl" for fmt in fmt_list}
         wai.export_datasets(rows, slow, **options)
@@ -172,3 +187,31 @@ def test_wire_text_is_what_dumps_writes(value, times):
         assert wire_arguments(raw) == json.dumps(decoded, separators=(",", ":"), ensure_ascii=False, default=jsonable)
     else:
         assert wire_arguments(raw) == dumps(decoded).decode()
+
+
+@pytest.mark.parametrize("levels", [240, 247, 250, 253])
+def test_arguments_nested_nearly_as_deep_as_orjson_writes_equal_the_decoding_path(tmp_path, levels):
+    """Arguments orjson writes alone but not at their depth in a TRL row: the decoded row falls back to
+    Python's json (``1e-07``), so such a text must not be kept (as a Fragment it would be ``1e-7``)."""
+    arguments = {"y": 1e-7}
+    for _ in range(levels):
+        arguments = {"k": arguments}
+    run = tmp_path / "run.jsonl"
+    write_jsonl(run, [_row(arguments)])
+    wai.export_dataset(run, tmp_path / "fast.jsonl", format="trl")
+    with mock.patch.object(sft, "ObjectTexts", lambda: None):
+        wai.export_dataset(run, tmp_path / "slow.jsonl", format="trl")
+    assert (tmp_path / "fast.jsonl").read_bytes() == (tmp_path / "slow.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize("fmt", ["trl", "openai"])
+def test_rows_given_in_memory_have_their_arguments_decoded(tmp_path, fmt):
+    """Rows in memory may hold what orjson writes unchecked: an ``orjson.Fragment`` of ``NaN`` in the
+    arguments must meet the round-trip gate as the NaN it is, in both formats."""
+    rows = [_row({"f": orjson.Fragment(b"NaN")})]
+    with pytest.raises(wai.RoundtripInvalidError, match="^tool_call_roundtrip_invalid: 1 of 2 tool calls"):
+        wai.export_dataset(rows, tmp_path / "out.jsonl", format=fmt)
+    pairs = [{"prompt": "p", "chosen": rows[0], "rejected": {**rows[0], "final_text": "worse"}, "margin": 0.5}]
+    with pytest.raises(wai.RoundtripInvalidError, match="^tool_call_roundtrip_invalid: 2 of 4 tool calls"):
+        wai.export_preference(pairs, tmp_path / "dpo.jsonl", format=fmt)
+    assert not list(tmp_path.iterdir())

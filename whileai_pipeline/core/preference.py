@@ -39,8 +39,9 @@ def _pair_source(pairs, system_prompt, tools):
 class _PairPlan:
     """Everything the per-pair work needs; picklable, so worker processes get the same plan."""
 
-    def __init__(self, system, tools, strip_think, drop_ties, format):
+    def __init__(self, system, tools, strip_think, drop_ties, format, json_rows=False):
         self.system, self.tools, self.strip_think, self.drop_ties = system, tools, strip_think, drop_ties
+        self.json_rows = json_rows  # pairs read from a JSONL file: ``wire.ObjectTexts`` may be used
         self.format = format
         self.trl = format == "trl"
         self.encoding = ENCODINGS[format]
@@ -79,7 +80,7 @@ def _pair_outcomes(item, plans):
         return [_TIE] * len(plans)
     entry = {"prompt": item.get("prompt")}
     rebuilt = {}  # each side's conversation, built once for the wire rows and the leak checks
-    objects = ObjectTexts() if any(plan.trl for plan in plans) else None
+    objects = ObjectTexts() if base.json_rows and any(plan.trl for plan in plans) else None
     for side in ("chosen", "rejected"):
         row = item[side]
         messages = row.get("messages")
@@ -253,7 +254,7 @@ def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ti
         for dest in dests.values():
             if dest is not None:
                 refuse_source(dest, src.path)
-    plans = [_PairPlan(src.system, src.tools, strip_think, drop_ties, fmt) for fmt in outputs]
+    plans = [_PairPlan(src.system, src.tools, strip_think, drop_ties, fmt, src.hashed is not None) for fmt in outputs]
     stamp = file_stamp(src.path)
     spools = []
     try:

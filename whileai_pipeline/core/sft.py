@@ -47,8 +47,9 @@ from .wire import ObjectTexts, has_tool_calls
 class _SftPlan:
     """Everything the per-row work needs; picklable, so worker processes get the same plan."""
 
-    def __init__(self, system, tools, strip_think, mask_mode, unroll, cap, format):
+    def __init__(self, system, tools, strip_think, mask_mode, unroll, cap, format, json_rows=False):
         self.system, self.tools, self.strip_think = system, tools, strip_think
+        self.json_rows = json_rows  # rows read from a JSONL file: ``wire.ObjectTexts`` may be used
         self.mask_mode, self.unroll, self.cap, self.format = mask_mode, unroll, cap, format
         self.trl = format == "trl"
         self.completion_rows = self.trl and (unroll or mask_mode == "final")
@@ -73,7 +74,7 @@ def _sft_outcomes(raw, plans):
     rebuilt = None if raw.get("messages") else conversation(raw)
     leak = leak_outcome(raw, rebuilt=rebuilt)
     entries = [[] for _ in plans]
-    objects = ObjectTexts() if plans[-1].trl else None
+    objects = ObjectTexts() if plans[-1].trl and base.json_rows else None
     for entry in convert_row(raw, base.system, base.tools, base.strip_think, base.mask_mode, base.unroll, base.cap,
                              rebuilt, objects):
         problems = training_problems(entry)
@@ -416,9 +417,9 @@ def export_datasets(source, outputs, *, system_prompt=None, tools=None, strip_th
                    mask_mode, unroll, max_tool_output_chars, workers, progress)
 
 
-def _plans(formats, system, tools, strip_think, mask_mode, unroll, cap):
+def _plans(formats, system, tools, strip_think, mask_mode, unroll, cap, json_rows=False):
     """One plan per format, in the order their rows are serialized: TRL last (``_written``)."""
-    plans = [_SftPlan(system, tools, strip_think, mask_mode, unroll, cap, fmt) for fmt in formats]
+    plans = [_SftPlan(system, tools, strip_think, mask_mode, unroll, cap, fmt, json_rows) for fmt in formats]
     return sorted(plans, key=lambda plan: plan.trl)
 
 
@@ -433,7 +434,8 @@ def _export(source, outputs, system_prompt, tools, strip_think, validate, mask_m
         for dest in dests.values():
             if dest is not None:
                 refuse_source(dest, src.path)
-    plans = _plans(outputs, src.system, src.tools, strip_think, mask_mode, unroll, max_tool_output_chars)
+    plans = _plans(outputs, src.system, src.tools, strip_think, mask_mode, unroll, max_tool_output_chars,
+                   json_rows=src.hashed is not None)
     base = plans[0]
     stamp = file_stamp(src.path)
     n = 1

@@ -105,9 +105,27 @@ def wire_arguments(raw, objects=None) -> str:
     if b"null" in encoded and has_nonfinite(value):  # orjson wrote NaN/Infinity as null
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=jsonable)
     text = encoded.decode("utf-8")
-    if objects is not None and isinstance(value, dict):
+    if objects is not None and isinstance(value, dict) and _fits_in_a_row(value, text):
         objects.texts.add(text)
     return text
+
+
+_LEVELS_ABOVE_ARGUMENTS = 8  # row, messages (prompt, chosen...), message, tool_calls, call, function: 6, and room
+
+
+def _fits_in_a_row(value, text) -> bool:
+    """Whether orjson writes ``value`` at the depth a TRL row holds its arguments. A Fragment hides its
+    depth: a text orjson could not write decoded there would be written where ``dumps`` of the decoded
+    row falls back to Python's json (other float spellings: ``1e-07``)."""
+    if text.count("{") + text.count("[") < 255 - _LEVELS_ABOVE_ARGUMENTS:
+        return True
+    for _ in range(_LEVELS_ABOVE_ARGUMENTS):
+        value = [value]
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return False
+    return True
 
 
 class ObjectTexts:
@@ -117,6 +135,8 @@ class ObjectTexts:
     text, with no NaN or infinity in it. So a TRL row, which carries arguments as objects, can write
     the text as it is (``place``: an ``orjson.Fragment``) instead of decoding it and encoding it again:
     about 7 µs of a 20 KB bench row. ``undo`` decodes them after all, for ``jsonl.dumps_fragments``.
+    Exporters use it only for rows read from a JSONL file, which hold nothing but JSON's own types:
+    rows given in memory may hold values orjson writes unchecked (an ``orjson.Fragment`` of ``NaN``).
     """
 
     __slots__ = ("texts", "placed")
