@@ -2,6 +2,8 @@
 into silent nonsense; ``~`` in a path means the home directory, as in pandas, not a folder named ``~``; and
 tool-call arguments of odd shapes do not stop pair building."""
 
+import dataclasses
+import enum
 import json
 import os
 
@@ -116,3 +118,28 @@ def test_arguments_with_nan_get_the_same_conversions_as_without(tmp_path, fmt):
     expected = {"s": [1, 2], "b": "hi", "t": "2024-01-02T03:04:05"}
     assert written["finite"] == expected
     assert {k: v for k, v in written["with_nan"].items() if k != "f"} == expected
+
+
+class _Color(enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class _Point:
+    x: int
+
+
+def test_values_orjson_writes_itself_are_written_the_same_beside_a_nan():
+    """With a NaN in the arguments Python's json writes them (to keep the NaN token): enums, dataclasses
+    and numpy values must come out as orjson writes them without it, not as ``str()``."""
+    import numpy as np
+
+    from whileai_pipeline.core.jsonl import dumps
+    from whileai_pipeline.core.wire import wire_arguments
+
+    for value, written in (({"e": _Color.RED}, '"e":"red"'), ({"p": _Point(1)}, '"p":{"x":1}'),
+                           ({"n": np.int64(3)}, '"n":3'), ({"a": np.array([1, 2])}, '"a":[1,2]'),
+                           ({"f": np.float32(0.5)}, '"f":0.5')):
+        assert wire_arguments(value) == "{" + written + "}"
+        assert wire_arguments({**value, "x": float("nan")}) == "{" + written + ',"x":NaN}'
+    assert dumps({"s": np.array(["a", "b"])}) == b'{"s":["a","b"]}'  # a dtype orjson leaves to the default

@@ -6,7 +6,9 @@ crash) never sees half a file.
 """
 
 import contextlib
+import dataclasses
 import datetime
+import enum
 import hashlib
 import json
 import math
@@ -30,7 +32,15 @@ def jsonable(value):
 
     Sets become sorted lists (insertion order when unsortable), bytes become UTF-8 text
     (replacement characters for invalid bytes), dates are ISO 8601, anything else is ``str(value)``.
+    Enums, dataclasses and numpy values, which orjson writes itself, get what orjson gives them (their
+    value, their fields, numbers and lists) where Python's json writes instead (NaN in arguments).
     """
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
+        return value.tolist()
     if isinstance(value, (set, frozenset)):
         try:
             return sorted(value)
