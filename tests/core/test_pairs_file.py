@@ -1,7 +1,9 @@
 """File-to-file pair building (and judging) gives the same pairs and report as the list API."""
 
+import decimal
 import hashlib
 
+import numpy
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -135,6 +137,10 @@ def test_a_min_margin_that_is_nan_or_not_a_number_is_refused(tmp_path, build):
         pairs(float("nan"))
     with pytest.raises(TypeError, match=r"^min_margin must be a number, got str '1'; pass the smallest reward"):
         pairs("1")
+    with pytest.raises(ValueError, match=r"^min_margin must be positive; .* \(got Decimal\('NaN'\)\)$"):
+        pairs(decimal.Decimal("NaN"))  # its comparison raises InvalidOperation, not a ValueError
+    with pytest.raises(TypeError, match=r"^min_margin must be a number, got ndarray"):
+        pairs(numpy.array([1.0, 2.0]))
     assert not (tmp_path / "pairs.jsonl").exists()
     assert pairs(1.0)  # the same rows pair with a number
 

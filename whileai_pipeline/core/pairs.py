@@ -194,8 +194,10 @@ def summary_fields(row, _=None):
 def check_min_margin(min_margin):
     """A positive number. NaN is refused too: the reference takes it and silently pairs nothing."""
     try:
-        positive = min_margin > 0
-    except TypeError:
+        positive = bool(min_margin > 0)
+    except ArithmeticError:  # Decimal("NaN")
+        positive = False
+    except (TypeError, ValueError):  # a string, None, an array of several numbers
         raise TypeError(f"min_margin must be a number, got {type(min_margin).__name__} {min_margin!r:.40}; "
                         "pass the smallest reward difference a pair must have, e.g. 1.0") from None
     if not positive:
