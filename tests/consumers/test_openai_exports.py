@@ -3,6 +3,7 @@
 Pure Python (the validator and the exporter): no consumer package needed, no `consumers` marker.
 """
 
+import orjson
 import pytest
 
 from whileai_pipeline.core.openai_format import format_report, validate_file
@@ -23,7 +24,12 @@ def test_every_export_passes_the_validator_for_its_format(exports, name):
         expected = {"sft_trl_messages": "messages", "sft_trl_final": "prompt_completion",
                     "sft_trl_unroll": "prompt_completion", "dpo_trl": "preference"}[name]
         assert report["shapes"] == {expected: report["rows"]}
-        assert report["warnings"] == 0
+        # A DPO side that holds a later user turn is scored whole (spec 4.1 shape): a warning per side
+        rows = [orjson.loads(line) for line in open(export["path"], "rb")]
+        later_user_turns = sum(1 for row in rows for side in ("chosen", "rejected") if name == "dpo_trl"
+                               and any(m["role"] in ("user", "system") for m in row[side][1:]))
+        assert report["warnings"] == later_user_turns
+        assert report["counts"] == ({"side_not_model_output": later_user_turns} if later_user_turns else {})
 
 
 @pytest.mark.parametrize("name", ["sft_openai", "dpo_openai", "sft_trl_messages", "dpo_trl"])

@@ -261,8 +261,26 @@ BAD = [
     ("trl_keys_none", "trl", lambda: {"text": "hello"}, None, "trl_keys", ""),
     ("trl_prompt_string", "trl", trl_pref_good, lambda r: r.update(prompt="Where is order 7?"), "messages_not_list",
      "prompt"),
-    ("trl_prompt_ends_system", "trl", trl_completion_good, lambda r: r.update(prompt=r["prompt"][:1]),
-     "prompt_last_role", "prompt[0].role"),
+    ("trl_prompt_ends_odd_role", "trl", trl_completion_good,
+     lambda r: r["prompt"].append({"role": "developer", "content": "x"}), "prompt_last_role", "prompt[2].role"),
+    ("trl_user_turn_in_completion", "trl", trl_completion_good,
+     lambda r: r["completion"].append({"role": "user", "content": "my card is 4111"}), "completion_not_model_output",
+     "completion[3].role"),
+    ("trl_chat_template_kwargs_null", "trl", trl_messages_good, lambda r: r.update(chat_template_kwargs=None),
+     "chat_template_kwargs_type", "chat_template_kwargs"),
+    ("trl_input_ids_column", "trl", trl_messages_good, lambda r: r.update(input_ids=[5, 6, 7]), "trl_reads_column",
+     "input_ids"),
+    ("trl_labels_column", "trl", trl_messages_good, lambda r: r.update(labels=[1, 2, 3]), "trl_reads_column",
+     "labels"),
+    ("trl_tools_string_not_json", "trl", trl_messages_good, lambda r: r.update(tools="[{oops"), "tools_not_json",
+     "tools"),
+    ("trl_tool_without_call", "trl", trl_messages_good,
+     lambda r: r["messages"].insert(2, {"role": "tool", "content": "stray"}), "tool_without_call", "messages[2]"),
+    ("trl_implicit_prompt_empty", "trl", lambda: {"chosen": [{"role": "assistant", "content": "a"}],
+                                                  "rejected": [{"role": "assistant", "content": "b"}]},
+     None, "implicit_prompt_empty", ""),
+    ("openai_dpo_input_parallel_not_bool", "openai", openai_dpo_good,
+     lambda r: r["input"].update(parallel_tool_calls="no"), "parallel_tool_calls_type", "input.parallel_tool_calls"),
     ("trl_completion_starts_user", "trl", trl_completion_good,
      lambda r: r["completion"].insert(0, {"role": "user", "content": "more"}), "completion_not_assistant",
      "completion[0].role"),
@@ -428,3 +446,48 @@ def test_workers_give_the_same_report(tmp_path, monkeypatch, fmt, strict_keys):
         assert one["extra_keys"]["reward"]["first_line"] == 1
         assert one["extra_keys"]["scenario_id"]["first_line"] == 7
     assert {"blank_line", "bad_json", "not_utf8", "crlf", "bom"} <= set(one["counts"])
+
+
+def test_trl_rows_that_trl_takes_pass():
+    """What TRL 1.16's trainers accept: an implicit-prompt pair (TRL's extract_prompt takes the shared
+    leading messages), tools as a JSON string (the trainers json.loads it), a dotted tool name, a prompt
+    that ends on the system turn (an agent that speaks first; only maybe_apply_chat_template refuses it)."""
+    ask = [{"role": "user", "content": "Where is order 7?"}]
+    implicit = {"chosen": ask + [{"role": "assistant", "content": "On its way."}],
+                "rejected": ask + [{"role": "assistant", "content": "No idea."}]}
+    stringly = trl_messages_good()
+    stringly["tools"] = json.dumps(TOOLS)
+    dotted = trl_messages_good()
+    dotted["tools"][0]["function"]["name"] = "orders.lookup"
+    call = dotted["messages"][2]["tool_calls"][0]["function"]
+    call["name"] = "orders.lookup"
+    opener = {"prompt": [{"role": "system", "content": "Be exact."}],
+              "completion": [{"role": "assistant", "content": "Hi, how can I help?"}]}
+    for row, shape in ((implicit, "preference_implicit_prompt"), (stringly, "messages"), (dotted, "messages"),
+                       (opener, "prompt_completion")):
+        got, problems = validate_row(row, "trl")
+        assert got == shape
+        assert [p for p in problems if p["severity"] == "error"] == [], problems
+    assert [p["code"] for p in validate_row(opener, "trl")[1]] == ["prompt_last_role"]
+
+
+def test_a_user_turn_inside_a_dpo_side_is_a_warning_that_names_it():
+    row = trl_pref_good()
+    row["chosen"] += [{"role": "user", "content": "Also refund the fee."}, {"role": "assistant", "content": "Done."}]
+    _, problems = validate_row(row, "trl")
+    assert [(p["severity"], p["code"], p["where"]) for p in problems] == [
+        ("warning", "side_not_model_output", "chosen[3].role")]
+    assert "DPOTrainer scores the whole side as the model's words" in problems[0]["message"]
+
+
+def test_blank_lines_and_a_bom_are_warnings_for_trl_and_errors_for_openai(tmp_path):
+    """datasets.load_dataset reads both; OpenAI's upload check does not."""
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf\n" + json.dumps(trl_messages_good()).encode() + b"\n\n")
+    trl = validate_file(path, "trl")
+    assert trl["ok"] and [(p["line"], p["code"], p["severity"]) for p in trl["problems"]] == [
+        (1, "bom", "warning"), (1, "blank_line", "warning"), (3, "blank_line", "warning")]
+    openai = validate_file(path, "openai")
+    assert not openai["ok"]
+    found = {(p["line"], p["code"], p["severity"]) for p in openai["problems"]}
+    assert {(1, "bom", "error"), (1, "blank_line", "error"), (3, "blank_line", "error")} <= found

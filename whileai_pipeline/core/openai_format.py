@@ -9,8 +9,9 @@ a stable code, and a sentence.
 
 * each line is one JSON object (UTF-8, strict RFC 8259 JSON: no ``NaN``/``Infinity``);
 * ``messages`` is a non-empty list; roles are ``system``, ``user``, ``assistant``, ``tool``; message keys
-  are ``role``, ``content``, ``name``, ``weight``, ``tool_calls``, ``tool_call_id`` (and the legacy
-  ``function_call``); at least one assistant message;
+  are ``role``, ``content``, ``name``, ``weight``, ``tool_calls``, ``tool_call_id`` (the legacy
+  ``function_call`` and row ``functions`` keys are let through unchecked; rows in that deprecated shape,
+  with ``function`` messages, are not supported); at least one assistant message;
 * ``content`` is a string; an assistant message with ``tool_calls`` may have ``null`` (or no) content;
   user and system content may also be a list of ``text`` / ``image_url`` parts; tool content is a string;
 * assistant ``tool_calls``: each has a non-empty string ``id`` (unique in the conversation),
@@ -32,17 +33,23 @@ the rules above, and the report says so in ``notes``.
 
 ``format="trl"`` checks TRL's conversational shapes (the key sets ``trl.data_utils.apply_chat_template``
 accepts: ``messages``; ``prompt``; ``prompt`` + ``completion``; ``prompt`` + ``chosen`` + ``rejected``;
-``chosen`` + ``rejected``; ``prompt`` + ``completion`` + ``label``), every one a list of messages;
-tool-call ``arguments`` must be objects (a chat template renders them with ``| tojson``, so a JSON
-string would be quoted a second time); a prompt must end on a user, tool or assistant turn; a completion
-(or chosen / rejected side) must start with an assistant turn.
+``chosen`` + ``rejected``, whose prompt TRL takes as their shared leading messages; ``prompt`` +
+``completion`` + ``label``), every one a list of messages; tool-call ``arguments`` must be objects (a chat
+template renders them with ``| tojson``, so a JSON string would be quoted a second time); ``tools`` may
+be a JSON string (the trainers parse it); a prompt must end on a user, tool or assistant turn (one that
+ends on the system turn is a warning: the trainers take it, ``maybe_apply_chat_template`` does not); a
+completion (or chosen / rejected side) must start with an assistant turn, and a user or system turn
+inside it is learned as the model's own words (an error in a completion, a warning in a DPO side,
+where multi-turn pairs have no other shape); ``chat_template_kwargs`` must be an object; a column TRL
+reads in place of the conversation (``input_ids``, ``labels``, masks, reference log-probs) is an
+error. Blank lines and a byte-order mark are warnings here (``datasets`` reads them), errors for openai.
 
 In the openai format, row keys beyond what the format defines (``loss_mask``, ``reward``, ``lineage``...)
 are reported once per key as a warning (``extra_keys``): OpenAI's per-line schema has only ``messages``,
 ``tools``, ``parallel_tool_calls`` and ``functions`` and its upload has been seen refusing an extra key;
 pass ``strict_keys=True`` to make them errors. A ``loss_mask`` that masks assistant turns without a
 ``weight: 0`` on them is a warning (``loss_mask_ignored``): OpenAI trains every assistant turn whose
-weight is not 0. TRL drops columns it does not read, so the trl format does not report extra keys.
+weight is not 0. TRL drops the other columns, so the trl format reports no other extra key.
 """
 
 from __future__ import annotations
@@ -74,6 +81,10 @@ TRL_SHAPES = {
     frozenset({"prompt", "completion", "label"}): "unpaired_preference",
 }
 TRL_ROW_KEYS = frozenset(TRL_KEYS) | {"tools", "chat_template_kwargs", "images", "image"}
+# Columns SFTTrainer / DPOTrainer read when present: "input_ids" makes SFTTrainer skip tokenizing the
+# conversation, "labels" / masks replace the ones it would build, ref logps replace the reference model's.
+TRL_READ_COLUMNS = ("input_ids", "labels", "attention_mask", "assistant_masks", "completion_mask",
+                    "prompt_ids", "chosen_ids", "rejected_ids", "ref_chosen_logps", "ref_rejected_logps")
 
 CHECKED_FOR = {
     "openai": ("OpenAI chat fine-tuning rules: roles, content types, assistant tool_calls with id, "
@@ -122,6 +133,12 @@ class _Row:
     def tools(self, tools, where="tools"):
         if tools is None:
             return set()
+        if self.fmt == "trl" and isinstance(tools, str):  # SFTTrainer/DPOTrainer json.loads a string column
+            try:
+                tools = orjson.loads(tools)
+            except orjson.JSONDecodeError as exc:
+                self.error("tools_not_json", where, f"tools is a string that is not JSON ({exc})")
+                return set()
         if not isinstance(tools, list):
             self.error("tools_not_list", where, f"tools must be a list, got {_type(tools)}")
             return set()
@@ -140,7 +157,7 @@ class _Row:
                            f"a tool needs a 'function' object, got {_type(fn)}")
                 continue
             name = fn.get("name")
-            if not isinstance(name, str) or not NAME_RE.match(name):
+            if not isinstance(name, str) or not name or (self.fmt == "openai" and not NAME_RE.match(name)):
                 self.error("tool_name", f"{w}.function.name",
                            f"function name must match ^[a-zA-Z0-9_-]{{1,64}}$, got {_short(name)}")
             elif name in names:
@@ -324,6 +341,7 @@ class _Row:
                         self.error("parallel_tool_calls", f"{w}.tool_calls",
                                    f"{len(calls)} calls in one turn but parallel_tool_calls is false")
                     for j, call in enumerate(calls):
+                        state["calls"] = state.get("calls", 0) + 1
                         call_id = self.call(call, j, w, state["seen"], declared)
                         if call_id:
                             state["seen"].add(call_id)
@@ -336,6 +354,8 @@ class _Row:
                 if answer is None and self.fmt == "trl":
                     if state["pending"]:  # HF chat templates link tool results by position
                         state["pending"].pop(0)
+                    elif not state.get("calls"):
+                        self.error("tool_without_call", w, "a tool message with no tool call before it")
                     continue
                 if not isinstance(answer, str) or not answer:
                     self.error("tool_call_id_missing", f"{w}.tool_call_id",
@@ -394,6 +414,10 @@ class _Row:
                 return "openai_preference"
             declared = self.tools(inp.get("tools"), "input.tools")
             parallel = inp.get("parallel_tool_calls")
+            if parallel is not None and not isinstance(parallel, bool):
+                self.error("parallel_tool_calls_type", "input.parallel_tool_calls",
+                           f"must be a boolean, got {_type(parallel)}")
+                parallel = None
             for key in sorted(set(inp) - OPENAI_ROW_KEYS):
                 self.error("input_unrecognized_key", f"input.{key}", f"input does not accept key {key!r}")
             state = self.conversation(inp.get("messages"), "input.messages", declared=declared,
@@ -434,18 +458,32 @@ class _Row:
                        f"this row has {sorted(keys)}")
             return "unknown"
         declared = self.tools(row.get("tools"))
+        kwargs = row.get("chat_template_kwargs", {})
+        if not isinstance(kwargs, dict):  # TRL does **example.get("chat_template_kwargs", {})
+            self.error("chat_template_kwargs_type", "chat_template_kwargs",
+                       f"chat_template_kwargs must be an object, got {_type(kwargs)} (TRL raises TypeError)")
+        for key in TRL_READ_COLUMNS:
+            if key in row:
+                self.error("trl_reads_column", key, f"TRL reads a {key!r} column: it replaces what TRL would "
+                           "build from the conversation (drop or rename it)")
         if "label" in row and not isinstance(row["label"], bool):
             self.error("label_type", "label", f"label must be a boolean, got {_type(row['label'])}")
         if shape == "messages":
             self.conversation(row["messages"], "messages", declared=declared)
             return shape
         state = None
+        if shape == "preference_implicit_prompt":
+            return self.implicit_preference(row, declared)
         if "prompt" in row:
             prompt = row["prompt"]
             state = self.conversation(prompt, "prompt", declared=declared, need_assistant=False)
             if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
                 last = prompt[-1].get("role")
-                if last not in ("user", "tool", "assistant"):
+                if last == "system":  # an agent that speaks first: its opener follows the system prompt alone
+                    self.warn("prompt_last_role", f"prompt[{len(prompt) - 1}].role",
+                              "the prompt ends on a system turn: SFTTrainer and DPOTrainer take it, but "
+                              "trl.data_utils.maybe_apply_chat_template raises on it")
+                elif last not in ("user", "tool", "assistant"):
                     self.error("prompt_last_role", f"prompt[{len(prompt) - 1}].role",
                                "a prompt must end on a user, tool or assistant turn (TRL raises), "
                                f"got {_short(last)}")
@@ -453,14 +491,63 @@ class _Row:
             if side not in row:
                 continue
             side_state = None if state is None else {
-                "seen": set(state["seen"]), "pending": list(state["pending"]), "assistant": 0}
+                "seen": set(state["seen"]), "pending": list(state["pending"]), "assistant": 0,
+                "calls": state.get("calls", 0)}
             self.conversation(row[side], side, declared=declared, state=side_state)
             value = row[side]
             first = value[0] if isinstance(value, list) and value else None
             if isinstance(first, dict) and first.get("role") != "assistant":
                 self.error("completion_not_assistant", f"{side}[0].role",
                            f"{side} must start with an assistant turn, got {_short(first.get('role'))}")
+            self.trained_turns(value, side)
         return shape
+
+    def trained_turns(self, value, side, start=1):
+        """TRL trains (SFT) or scores (DPO) every token of a completion / chosen / rejected side, so a
+        user or system turn in one is learned as the model's own words.
+
+        In a ``completion`` that is an error. In a DPO side it is a warning: a pair of multi-turn
+        conversations has no other TRL shape (the sides part at the first assistant turn, and each
+        later user turn answers a different reply), and this project's TRL preference export writes it
+        so (spec 4.1); the message says what it costs.
+        """
+        if not isinstance(value, list):
+            return
+        for i, m in enumerate(value[start:], start):
+            if isinstance(m, dict) and m.get("role") in ("user", "system"):
+                if side == "completion":
+                    self.error("completion_not_model_output", f"{side}[{i}].role",
+                               f"a {m.get('role')} turn inside {side}: TRL trains the whole {side} as model output")
+                else:
+                    self.warn("side_not_model_output", f"{side}[{i}].role",
+                              f"a {m.get('role')} turn inside {side}: DPOTrainer scores the whole side as the "
+                              "model's words, this turn included; keep pairs that part after the last user turn "
+                              "if that matters")
+                return
+
+    def implicit_preference(self, row, declared):
+        """chosen + rejected without prompt: TRL's extract_prompt takes their common leading messages."""
+        chosen, rejected = row["chosen"], row["rejected"]
+        for side in ("chosen", "rejected"):
+            self.conversation(row[side], side, declared=declared)
+        if not (isinstance(chosen, list) and isinstance(rejected, list) and chosen and rejected):
+            return "preference_implicit_prompt"
+        n = 0
+        while n < min(len(chosen), len(rejected)) and chosen[n] == rejected[n]:
+            n += 1
+        if n == 0:
+            self.error("implicit_prompt_empty", "", "chosen and rejected share no leading message: TRL's "
+                       "extract_prompt gives an empty prompt and DPOTrainer raises")
+            return "preference_implicit_prompt"
+        for side in ("chosen", "rejected"):
+            rest = row[side][n:]
+            first = rest[0] if rest else None
+            if not isinstance(first, dict) or first.get("role") != "assistant":
+                self.error("completion_not_assistant", f"{side}[{n}].role",
+                           f"after the shared prompt, {side} must start with an assistant turn, got "
+                           f"{_short(first.get('role') if isinstance(first, dict) else first)}")
+            self.trained_turns(rest, side, start=1)
+        return "preference_implicit_prompt"
 
 
 def _pair_keys():
@@ -642,7 +729,7 @@ def _line_findings(line_no, raw, format, strict_keys, extra_keys):
     events = []
     before = []
     if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
-        before.append({"severity": "error", "code": "bom", "where": "",
+        before.append({"severity": "warning" if format == "trl" else "error", "code": "bom", "where": "",
                        "message": "the file starts with a UTF-8 byte-order mark"})
         raw = raw[3:]
     body = raw.rstrip(b"\n")
@@ -651,8 +738,9 @@ def _line_findings(line_no, raw, format, strict_keys, extra_keys):
                                  "message": "the line ends with CRLF; write LF line endings"}]))
         body = body[:-1]
     if not body.strip():
-        events.append(("line", [{"severity": "error", "code": "blank_line", "where": "",
-                                 "message": "a blank line: JSONL has one JSON object per line"}]))
+        severity = "warning" if format == "trl" else "error"  # datasets.load_dataset skips blank lines
+        events.append(("line", [*before, {"severity": severity, "code": "blank_line", "where": "",
+                                          "message": "a blank line: JSONL has one JSON object per line"}]))
         return events
     try:
         body.decode("utf-8")
