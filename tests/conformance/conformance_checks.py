@@ -40,6 +40,7 @@ D6_NO_TOOLS = re.compile(r"^(\d+) of (\d+) rows make tool calls but were exporte
 D6_NO_SYSTEM = re.compile(r"^(\d+) of (\d+) rows make tool calls but were exported without a system prompt")
 D16_DROPPED = re.compile(r"^(\d+) rows have no assistant turn after the first message and were dropped")
 D12_CHOSEN = re.compile(r"^(\d+) of (\d+) chosen replies quote their own privileged context")
+TRL_USER_TURNS = re.compile(r"^(\d+) of (\d+) pairs have a user or system turn inside chosen or rejected")
 D12_REJECTED = re.compile(r"^(\d+) rejected replies quote their own privileged context")
 
 
@@ -368,6 +369,11 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
 
     rep = dict(r.report)
     rep["tool_call_roundtrip"] = rt
+    # ours (docs/API_CONTRACT.md): TRL pairs whose sides hold a later user or system turn are counted
+    user_turns = sum(1 for row in pred if fmt == "trl" and any(
+        m.get("role") in ("user", "system") for side in ("chosen", "rejected") for m in row[side][1:]))
+    if user_turns:
+        rep["user_turns_in_sides"] = user_turns
     # DECISIONS 12: the leak check over the exported pairs: chosen sides gate, rejected sides are counted
     chosen_leaks = leak_subset(ref.leak_report([H.deep(p["chosen"]) for p in kept]))
     rejected_quoting = sum(ref.leak_report([H.deep(p["rejected"])])["n_leaked"] for p in kept)
@@ -409,8 +415,9 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
         rep["path"] = str(our_out)
     our_warnings = list(ours_rep.pop("warnings", []))
     rest, extra = _split_extra_warnings(our_warnings, {"d12_chosen": D12_CHOSEN, "d12_rejected": D12_REJECTED,
-                                                       "d6_tools": D6_NO_TOOLS, "d6_system": D6_NO_SYSTEM})
-    exp_extra = set()
+                                                       "d6_tools": D6_NO_TOOLS, "d6_system": D6_NO_SYSTEM,
+                                                       "user_turns": TRL_USER_TURNS})
+    exp_extra = {"user_turns"} if user_turns else set()
     if chosen_leaks["n_leaked"]:
         exp_extra.add("d12_chosen")
     if rejected_quoting:
@@ -427,6 +434,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
         assert extra["d12_chosen"].groups() == (str(chosen_leaks["n_leaked"]), str(chosen_leaks["n_checked"]))
     if "d12_rejected" in extra:
         assert extra["d12_rejected"].group(1) == str(rejected_quoting)
+    if "user_turns" in extra:
+        assert extra["user_turns"].groups() == (str(user_turns), str(len(pred)))
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     unexplained = {k: ours_rep.pop(k) for k in list(ours_rep) if k not in rep}
     H.assert_same(H.nan_safe(rep), H.nan_safe(ours_rep), "preference report", ctx)

@@ -215,3 +215,24 @@ def test_rows_given_in_memory_have_their_arguments_decoded(tmp_path, fmt):
     with pytest.raises(wai.RoundtripInvalidError, match="^tool_call_roundtrip_invalid: 2 of 4 tool calls"):
         wai.export_preference(pairs, tmp_path / "dpo.jsonl", format=fmt)
     assert not list(tmp_path.iterdir())
+
+
+def test_trl_pairs_with_a_later_user_turn_are_counted_and_warned_about(tmp_path):
+    """A TRL side starts at the first assistant turn; a later user turn stays inside it, and DPOTrainer
+    scores it as the model's words. The report counts such pairs (TRL only) and says what it costs."""
+    multi = {"prompt": "p", "final_text": "done", "reward": 1,
+             "steps": [{"text": "a1"}, {"user": "u2"}, {"text": "a2"}]}
+    single = {"prompt": "q", "final_text": "fine", "reward": 1, "steps": [{"text": "b1"}]}
+    pairs = [{"prompt": r["prompt"], "chosen": r, "rejected": {**r, "final_text": "worse", "reward": 0}, "margin": 1.0}
+             for r in (multi, single, multi)]
+    trl = wai.export_preference(pairs, tmp_path / "trl.jsonl", format="trl")
+    assert trl["user_turns_in_sides"] == 2
+    assert [w for w in trl.get("warnings", []) if "user or system turn" in w] == [
+        "2 of 3 pairs have a user or system turn inside chosen or rejected (conversations with a later user "
+        "message): DPOTrainer scores each side whole, so it counts those words as the model's. Pair single-turn "
+        "conversations where that matters."]
+    rows = [orjson.loads(line) for line in (tmp_path / "trl.jsonl").read_bytes().splitlines()]
+    assert [m["role"] for m in rows[0]["chosen"]] == ["assistant", "user", "assistant"]
+    openai = wai.export_preference(pairs, tmp_path / "openai.jsonl", format="openai")
+    assert "user_turns_in_sides" not in openai
+    assert "user_turns_in_sides" not in wai.export_preference(pairs[1:2], tmp_path / "one.jsonl", format="trl")

@@ -115,6 +115,7 @@ def _pair_outcomes(item, plans):
             delta if isinstance(delta, int) else None,
             row.get("first_turn_differs") is False,
             margin if isinstance(margin, (int, float)) else None,
+            plan.trl and (_speaks_for_user(row["chosen"]) or _speaks_for_user(row["rejected"])),
         )
         undo = placed.undo if placed is not None and placed.placed else None
         outcomes.append((preference_problems(row), facts, dumps_reusing(row, "tools", plan.tools_json, undo=undo)))
@@ -134,6 +135,7 @@ class _PairTally:
         self.rejected_quoting = self.deltas = self.longer = self.identical = self.rows_with_calls = 0
         self.n_margins, self.margin_sum = 0, 0
         self.first_bad = None  # the line number (a file) or index (rows) of the first entry that is no pair
+        self.user_turns = 0  # TRL pairs with a user or system turn inside a side
 
     def consume(self, outcome, position):
         tick(self.progress, self.n_entries + self.skipped + 1)
@@ -159,7 +161,7 @@ class _PairTally:
         if self.schema.bad:
             self.n_out += 1
             return
-        chosen_calls, rejected_calls, leak, rejected_quotes, has_calls, delta, identical, margin = facts
+        chosen_calls, rejected_calls, leak, rejected_quotes, has_calls, delta, identical, margin, user_turns = facts
         self.roundtrip.record(2 * self.n_out, *chosen_calls)
         self.roundtrip.record(2 * self.n_out + 1, *rejected_calls)
         self.leaks.record(leak)
@@ -169,12 +171,18 @@ class _PairTally:
             self.deltas += 1
             self.longer += delta > 0
         self.identical += identical
+        self.user_turns += user_turns
         if margin is not None:
             self.n_margins += 1
             self.margin_sum += margin
         if body is not None:  # None: a worker process already wrote the line
             self.spool.write(body)
         self.n_out += 1
+
+
+def _speaks_for_user(side) -> bool:
+    """A TRL side (which starts with the model's turn) that holds a user or system turn after it."""
+    return any(isinstance(m, dict) and m.get("role") in ("user", "system") for m in side[1:])
 
 
 def _pair_lines(item, plans):
@@ -313,6 +321,8 @@ def _checked_report(tally, src, format, validate, started):
         report["ties_dropped"] = ties
     if dropped:
         report["no_completion_dropped"] = dropped
+    if t.user_turns:
+        report["user_turns_in_sides"] = t.user_turns
     if deltas:
         report["chosen_longer_frac"] = round(longer / deltas, 3)
         note = length_note(longer, deltas)
@@ -321,6 +331,11 @@ def _checked_report(tally, src, format, validate, started):
     if identical:
         report["first_turn_identical"] = identical
         report.setdefault("warnings", []).append(first_turn_note(identical, n_out))
+    if t.user_turns:
+        report.setdefault("warnings", []).append(
+            f"{t.user_turns} of {n_out} pairs have a user or system turn inside chosen or rejected (conversations "
+            "with a later user message): DPOTrainer scores each side whole, so it counts those words as the "
+            "model's. Pair single-turn conversations where that matters.")
     if t.n_margins:
         report["mean_margin"] = round(t.margin_sum / t.n_margins, 4)
     if leaks.n_leaked:
