@@ -20,6 +20,21 @@ def test_verdict_rule_matches_the_export_report():
         "pass", "pass", "fail", "fail", "ungraded", "ungraded", "pass", "ungraded", "ungraded"]
 
 
+def test_a_reward_too_big_for_a_float_is_ungraded_as_in_the_export(tmp_path):
+    """A 400-digit integer (read exactly from a run) is not float()-able (spec 3.11): the export counts
+    it as ungraded, and the scoring step once failed the run with a bare OverflowError."""
+    import whileai_pipeline.simulations as wai
+
+    huge = 10 ** 400
+    assert verdict(huge) == "ungraded"
+    stats = ScoreStats()
+    for reward in (huge, 1):
+        stats.add({"reward": reward, "scenario_id": "a"})
+    assert stats.counts == {"pass": 1, "fail": 0, "ungraded": 1} and stats.mean_reward == 1.0
+    report = wai.export_dataset([{"prompt": "p", "final_text": "x", "reward": huge}], tmp_path / "out.jsonl")
+    assert report["rewards"] == {"n_pass": 0, "n_fail": 0, "n_ungraded": 1}
+
+
 def test_existing_keeps_reward_and_stamps_who_scored():
     scorer = resolve_scorer("existing")
     row = {"prompt": "p", "reward": 0, "reason": "r", "label_source": "judge"}

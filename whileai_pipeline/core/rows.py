@@ -8,7 +8,6 @@ from .masks import check_mask_mode, loss_mask, unroll as unroll_entry
 from .runs import resolve_source
 from .wire import WireStats, to_wire
 
-PASS_THRESHOLD = 0.5
 MESSAGE_EXAMPLES = 5
 SCHEMA_KEY, SCHEMA_VERSION = "schema_version", "1"
 CARRIED_KEYS = (

@@ -25,9 +25,8 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
-from .groups import task_key
+from .groups import PASS_THRESHOLD, numeric_reward, task_key
 
-PASS_THRESHOLD = 0.5
 BUILTIN_SCORERS = ("existing", "reference_match")
 _PUNCT = re.compile(r"[^\w\s]+", re.UNICODE)
 _WS = re.compile(r"\s+")
@@ -35,17 +34,6 @@ _WS = re.compile(r"\s+")
 
 class ScorerError(ValueError):
     """A scorer name that cannot be resolved, or a scorer that returned something unusable."""
-
-
-def numeric_reward(value):
-    """The reward as a float if it counts (spec 3.11: not None, not bool, float()-able, not NaN)."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(out) else out
 
 
 def verdict(value) -> str:

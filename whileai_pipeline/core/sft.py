@@ -28,12 +28,12 @@ from .gates import (
     row_conversation_messages,
     scrub,
 )
-from .groups import GroupStats, numeric_reward, row_summary
+from .groups import PASS_THRESHOLD, GroupStats, numeric_reward, row_summary
 from .jsonl import _BLANK, dumps, dumps_reusing, iter_jsonl, iter_jsonl_lines
 from .masks import check_mask_mode
 from .output import Spool, check_outputs, destination, finish, published_one_of, refuse_source, spool_line
 from .progress import tick
-from .rows import PASS_THRESHOLD, SchemaCheck, convert_row, training_problems
+from .rows import SchemaCheck, convert_row, training_problems
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
 from .trl import (
     TRL_LOSS_COMPLETION,
