@@ -33,6 +33,9 @@ def test_a_reward_too_big_for_a_float_is_ungraded_as_in_the_export(tmp_path):
     assert stats.counts == {"pass": 1, "fail": 0, "ungraded": 1} and stats.mean_reward == 1.0
     report = wai.export_dataset([{"prompt": "p", "final_text": "x", "reward": huge}], tmp_path / "out.jsonl")
     assert report["rewards"] == {"n_pass": 0, "n_fail": 0, "n_ungraded": 1}
+    rows = [{"prompt": "p", "final_text": "x" * n, "reward": r} for n, r in ((1, huge), (2, 1), (3, 0))]
+    pairs, _ = wai.build_preference_pairs(rows)  # the huge reward is not a score in [0, 1]: not paired
+    assert [(p["chosen"]["reward"], p["rejected"]["reward"]) for p in pairs] == [(1, 0)]
 
 
 def test_existing_keeps_reward_and_stamps_who_scored():

@@ -52,7 +52,10 @@ def score(row):
     reward = row.get("reward")
     if isinstance(reward, bool) or not isinstance(reward, (int, float)):
         return None
-    value = float(reward)
+    try:
+        value = float(reward)
+    except OverflowError:  # an integer beyond any float: outside [0, 1] anyway
+        return None
     if math.isnan(value) or not 0.0 <= value <= 1.0:
         return None
     return value
