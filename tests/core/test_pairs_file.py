@@ -157,3 +157,13 @@ def test_scrub_reaches_privileged_keys_inside_tuples():
     scrubbed = wai.scrub({"lineage": ({"privileged": "answer", "step": 1}, [{"reference": "r", "rubric": "x"}])})
     assert scrubbed == {"lineage": ({"step": 1}, [{}])}
     assert type(scrubbed["lineage"]) is tuple
+
+
+def test_a_margin_too_big_for_a_float_is_left_out_of_mean_margin(tmp_path):
+    """The reference fails with OverflowError on a 400-digit integer margin (a hand-made pairs file,
+    read exactly); ours exports the pair and leaves that margin out of the mean (spec 7.3 counts bools)."""
+    row = {"prompt": "p", "final_text": "done", "reward": 1, "steps": [{"text": "a1"}]}
+    pairs = [{"prompt": "p", "chosen": row, "rejected": {**row, "final_text": "worse"}, "margin": m}
+             for m in (10 ** 400, 0.5, True)]
+    report = wai.export_preference(pairs, tmp_path / "dpo.jsonl")
+    assert (report["pairs"], report["mean_margin"]) == (3, 0.75)

@@ -114,7 +114,7 @@ def _pair_outcomes(item, plans):
             bool(has_tool_calls(row["chosen"]) or has_tool_calls(row["rejected"])),
             delta if isinstance(delta, int) else None,
             row.get("first_turn_differs") is False,
-            margin if isinstance(margin, (int, float)) else None,
+            margin if _counted_margin(margin) else None,
             plan.trl and (_speaks_for_user(row["chosen"]) or _speaks_for_user(row["rejected"])),
         )
         undo = placed.undo if placed is not None and placed.placed else None
@@ -178,6 +178,18 @@ class _PairTally:
         if body is not None:  # None: a worker process already wrote the line
             self.spool.write(body)
         self.n_out += 1
+
+
+def _counted_margin(margin) -> bool:
+    """A numeric margin (bools count, spec 7.3) that a float can hold: the reference's mean of a
+    400-digit integer margin fails with OverflowError, ours leaves it out of ``mean_margin``."""
+    if not isinstance(margin, (int, float)):
+        return False
+    try:
+        float(margin)
+    except OverflowError:
+        return False
+    return True
 
 
 def _speaks_for_user(side) -> bool:
