@@ -148,6 +148,35 @@ def test_judge_pairs_matches_reference(judge, rows, swap):
     H.assert_same(H.nan_safe(dict(rrep)), H.nan_safe(dict(orep)), "judge_pairs report", ctx)
 
 
+ANSWERS = [
+    {"winner": "A\n", "reason": "padded"}, {"winner": " a "}, {"winner": "tie "}, {"winner": "C"},
+    {"winner": "B", "reason": ""}, {"winner": "A", "reason": None}, {"winner": "A", "reason": 7},
+    {"winner": "B", "reason": {1, 2}}, {"winner": "A", "reason": float("nan")},
+    "winner: tied", "winner: abc", "WINNER:**A**", "winner=tie", "'winner': 'b'", 'the "winner": "B"',
+    '{"reason": "r"} winner: A', '{"winner": "B", "reason": "json"}', "no verdict here", 42, None,
+]
+
+
+@pytest.mark.parametrize("answer", ANSWERS, ids=[repr(a)[:30] for a in ANSWERS])
+def test_judge_answers_of_every_shape_read_like_the_reference(answer):
+    """Spec 8.5's verdict parsing and ``reasons`` on the answers an LLM judge really gives (padding,
+    markdown, prose); a review found ours stricter on some and looser on others."""
+    pairs = _ref_pairs([{"prompt": "p", "final_text": "yes!", "reward": 1.0},
+                        {"prompt": "p", "final_text": "no", "reward": 0.0}], {})
+    assert pairs
+
+    def judge(a, b):
+        return answer
+
+    rp, rrep = ref.judge_pairs(H.deep(pairs), judge, swap=True)
+    op, orep = ours.judge_pairs(H.deep(pairs), judge, swap=True)
+    assert [p["pairwise"]["reasons"] for p in op] == [[str(r) for r in p["pairwise"]["reasons"]] for p in rp]
+    for p in list(rp) + list(op):
+        p["pairwise"]["reasons"] = [str(r) for r in p["pairwise"]["reasons"]]  # a set's order, NaN != NaN
+    H.assert_same(H.nan_safe(H.deep(list(rp))), H.nan_safe(H.deep(list(op))), "judged pairs", repr(answer))
+    H.assert_same(H.nan_safe(dict(rrep)), H.nan_safe(dict(orep)), "judge_pairs report", repr(answer))
+
+
 def test_judge_pairs_rejects_non_pairs_like_reference():
     bad = [{"chosen": {"prompt": "a"}, "rejected": {"prompt": "a"}}, {"chosen": {"prompt": "a"}}]
     H.assert_error_starts_like_reference(lambda: ref.judge_pairs(bad, judge_longer),

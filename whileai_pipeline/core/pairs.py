@@ -322,16 +322,16 @@ def build_preference_pairs(rows, *, max_pairs_per_prompt=1, min_margin=1.0, leng
 
 # ---------------------------------------------------------------- pairwise judge
 
-_WINNER = re.compile(r"winner\W*(a|b|tie)\b", re.IGNORECASE)
+_WINNER = re.compile(r'winner"?\s*:\s*"?(a|b|tie)', re.IGNORECASE)  # the reference's: a colon, no word end
+_WINNERS = {"a": "A", "b": "B", "tie": "tie"}
 
 
 def parse_verdict(answer):
     """(winner "A" | "B" | "tie" | None, reason) from whatever the judge returned."""
     if isinstance(answer, dict):
         winner = answer.get("winner")
-        winner = winner.lower() if isinstance(winner, str) else None
-        reason = answer.get("reason")
-        return {"a": "A", "b": "B", "tie": "tie"}.get(winner), reason
+        winner = _WINNERS.get(winner.strip().lower()) if isinstance(winner, str) else None
+        return winner, answer.get("reason")
     if isinstance(answer, str):
         start, end = answer.find("{"), answer.rfind("}")
         if 0 <= start < end:
@@ -340,19 +340,22 @@ def parse_verdict(answer):
             except ValueError:
                 parsed = None
             if isinstance(parsed, dict):
-                return parse_verdict(parsed)
+                winner, reason = parse_verdict(parsed)
+                if winner is not None:
+                    return winner, reason
         match = _WINNER.search(answer)
-        if match:
-            return {"a": "A", "b": "B", "tie": "tie"}[match.group(1).lower()], answer
-        return None, answer
+        return (_WINNERS[match.group(1).lower()] if match else None), None
     return None, "judge returned neither a dict nor a string"
 
 
 def _ask(judge, a, b):
+    """(winner, reason, what the judge returned): the last only for saying why a judgment failed."""
     try:
-        return parse_verdict(judge(a, b))
+        answer = judge(a, b)
     except Exception as exc:  # a crashing judge is a failed judgment, not a failed run
-        return None, f"{type(exc).__name__}: {exc}"[:ERROR_CUT]
+        return None, f"{type(exc).__name__}: {exc}"[:ERROR_CUT], None
+    winner, reason = parse_verdict(answer)
+    return winner, reason, answer
 
 
 def _judge_name(judge):
@@ -398,14 +401,15 @@ class PairwiseJudging:
     def add(self, pair):
         """Judge one pair (both orders unless ``swap`` is off); writes ``pairwise`` and ``tie`` onto it."""
         self.n += 1
-        first, reason1 = _ask(self.judge, pair["chosen"], pair["rejected"])
+        first, reason1, answer1 = _ask(self.judge, pair["chosen"], pair["rejected"])
         first = {"A": "chosen", "B": "rejected", "tie": "tie"}.get(first)
-        reasons = [reason1]
+        asked = [(reason1, answer1)]
         second = None
         if self.swap:
-            second, reason2 = _ask(self.judge, pair["rejected"], pair["chosen"])
+            second, reason2, answer2 = _ask(self.judge, pair["rejected"], pair["chosen"])
             second = {"A": "rejected", "B": "chosen", "tie": "tie"}.get(second)
-            reasons.append(reason2)
+            asked.append((reason2, answer2))
+        reasons = [text(r) for r, _ in asked if r]  # the reference's: given reasons only, as text
         consistent = None
         if first is None or second is None:
             winner = first if first is not None else second
@@ -419,7 +423,8 @@ class PairwiseJudging:
         pair["tie"] = winner == "tie"
         if winner is None:
             self.failed += 1
-            self.first_failure = self.first_failure or "; ".join(dict.fromkeys(r for r in reasons if r)) or "no verdict"
+            self.first_failure = self.first_failure or "; ".join(dict.fromkeys(
+                text(r) if r else f"no winner in {a!r}"[:ERROR_CUT] for r, a in asked)) or "no verdict"
             return
         self.judged += 1
         self.ties += winner == "tie"
