@@ -270,3 +270,46 @@ def test_a_judge_that_never_answers_fails_the_pairs_step_and_one_that_sometimes_
     warnings = [e.message for e in chain.instance.all_logs(flaky.run_id) if "could not judge" in (e.message or "")]
     assert any("the judge flaky_judges:flaky could not judge 1 of 8 pairs (first: TimeoutError: judge timed out)"
                in w for w in warnings), warnings
+
+
+def test_the_scored_stage_counts_what_it_writes_and_names_a_scorer_failure(chain, tmp_path, monkeypatch):
+    """Found by a review: an infinite reward was counted as a pass but written as null (DECISIONS 1), rows
+    with no task key were counted as one more group, a scorer returning a numpy number was refused, and
+    a scorer that raised failed the step without saying which scorer, file or line."""
+    from whileai_pipeline.core.scoring import score_file, score_stats_of_file
+
+    (tmp_path / "odd_scorers.py").write_text(
+        "import numpy\n"
+        "def numpy_reward(row):\n"
+        "    return numpy.float32(1.0) if row.get('final_text') == 'b' else numpy.int64(0)\n"
+        "def crashing(row):\n"
+        "    return 1 / 0\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rows = [{"prompt": "p", "final_text": "a", "reward": float("inf")},
+            {"prompt": "p", "final_text": "b", "reward": 1},
+            {"final_text": "no task key", "reward": 0}]
+    run = tmp_path / "run.jsonl"
+    run.write_bytes(b'{"prompt": "p", "final_text": "a", "reward": Infinity}\n'
+                    b'{"prompt": "p", "final_text": "b", "reward": 1}\n'
+                    b'{"final_text": "no task key", "reward": 0}\n[1, 2]\n')
+    stats = ScoreStats()
+    with open(tmp_path / "scored.jsonl", "wb") as out:
+        score_file(run, out, resolve_scorer("existing"), stats)
+    assert stats.counts == score_stats_of_file(tmp_path / "scored.jsonl").counts == {
+        "pass": 1, "fail": 1, "ungraded": 1}
+    with pytest.raises(ScorerError, match=r"^scorer odd_scorers:crashing failed on .*run\.jsonl:1: "
+                                          r"ZeroDivisionError: division by zero$"), \
+            open(tmp_path / "crashed.jsonl", "wb") as out:
+        score_file(run, out, resolve_scorer("odd_scorers:crashing"), ScoreStats())
+
+    key = chain.register(rows)
+    result = chain.materialize(key, selection=["raw_simulation_data", "scored_simulation_data"])
+    assert result.success
+    md = materialization(result, "scored_simulation_data")
+    assert (md["passes"].value, md["fails"].value, md["ungraded"].value, md["groups"].value) == (1, 1, 1, 1)
+    numpy_run = chain.materialize(
+        key, run_config={"ops": {"scored_simulation_data": {"config": {"scorer": "odd_scorers:numpy_reward"}}}},
+        selection=["scored_simulation_data"])
+    assert numpy_run.success
+    assert [r["reward"] for r in read_rows(chain.storage.stage_path(key, "scored"))] == [0, 1.0, 0]

@@ -20,6 +20,7 @@ import hashlib
 import importlib
 import itertools
 import math
+import numbers
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -110,9 +111,11 @@ def _wrap_callable(fn, name):
                 raise ScorerError(f"scorer {name} returned a dict without 'reward': {sorted(result)!r}")
             reason = result.get("reason")
             result = result["reward"]
-        if result is not None and (isinstance(result, bool) or not isinstance(result, (int, float))):
+        if result is not None and (isinstance(result, bool) or not isinstance(result, numbers.Real)):
             raise ScorerError(f"scorer {name} returned {type(result).__name__} {result!r}; "
                               "expected a number, None or {'reward': ..., 'reason': ...}")
+        if result is not None and type(result) not in (int, float):  # numpy scalars, Fraction: plain numbers
+            result = int(result) if isinstance(result, numbers.Integral) else float(result)
         return result, (None if reason is None else str(reason))
     return score
 
@@ -158,7 +161,10 @@ def score_facts(row, _=None):
     """
     if not isinstance(row, dict):
         return None
-    return row.get("reward"), task_key(row)
+    reward = row.get("reward")
+    if isinstance(reward, float) and not math.isfinite(reward):
+        reward = None  # written as null (DECISIONS 1): count what the stage file will hold
+    return reward, task_key(row)
 
 
 def pair_side_facts(pair, _=None):
@@ -207,9 +213,16 @@ def score_file(source, out, scorer, stats, *, dest=None, progress=None, workers=
     digest = hashlib.sha256()
     n = workers_for(source, workers) if scorer.name in BUILTIN_SCORERS and dest is not None else 1
     if n == 1:
-        for _, row in iter_jsonl(source):
+        for lineno, row in iter_jsonl(source):
             tick(progress, stats.n + 1)
-            row = scorer.score_row(row)
+            if isinstance(row, dict):
+                try:
+                    row = scorer.score_row(row)
+                except ScorerError as exc:
+                    raise ScorerError(f"{source}:{lineno}: {exc}") from exc
+                except Exception as exc:
+                    raise ScorerError(f"scorer {scorer.name} failed on {source}:{lineno}: "
+                                      f"{type(exc).__name__}: {exc}") from exc
             stats.add(row)
             line = dumps_line(row)
             digest.update(line)
@@ -269,7 +282,7 @@ def _score_chunk(path, chunk, scorer_name, part):
     facts = []
     with open(part, "wb", buffering=1 << 20) as out:
         for _, _, row in chunk_rows(path, chunk):
-            row = scorer.score_row(row)
+            row = scorer.score_row(row) if isinstance(row, dict) else row
             facts.append(score_facts(row))
             out.write(dumps_line(row))
     return facts, part
