@@ -98,8 +98,10 @@ def test_flat_config_maps_to_each_asset():
     assert flat_to_run_config({}) == {}
     passthrough = {"ops": {"sft_export": {"config": {"unroll": True}}}}
     assert flat_to_run_config(passthrough) is passthrough
+    assert flat_to_run_config({"judge_concurrency": 8}) == {"ops": {"preference_pairs": {"config": {
+        "judge_concurrency": 8}}}}
     for bad in ({"nope": 1}, {"mask_mode": "all"}, {"formats": ["csv"]}, {"min_margin": 0},
-                {"scorer": "magic"}, {"judge": "nocolon"}, {"sft_rows": "some"}, [1]):
+                {"scorer": "magic"}, {"judge": "nocolon"}, {"sft_rows": "some"}, {"judge_concurrency": 0}, [1]):
         with pytest.raises(ConfigFileError):
             flat_to_run_config(bad)
     # Dagster's own form gets the same value checks (Dagster alone checks types, not values)
@@ -222,6 +224,11 @@ def test_pairwise_judge_and_ties(chain, tmp_path, monkeypatch):
     assert md["ties"].value == 1
     dpo = materialization(consistent, "dpo_export")
     assert (dpo["openai/pairs"].value, dpo["openai/ties_dropped"].value) == (7, 1)
+    judged_pairs = chain.storage.stage_path(key, "pairs").read_bytes()
+    threaded = chain.materialize(key, run_config={"ops": {"preference_pairs": {"config": {
+        "judge": "sample_judges:tool_user", "judge_concurrency": 4}}}}, selection=["preference_pairs"])
+    assert threaded.success  # four pairs asked at once: the same pairs file, in the same order
+    assert chain.storage.stage_path(key, "pairs").read_bytes() == judged_pairs
 
     # a judge that always answers "A" flips under the swap: every pair is a tie and is dropped
     biased = chain.materialize(key, run_config={"ops": {"preference_pairs": {"config": {"judge": "sample_judges:always_a"}}}})

@@ -362,21 +362,52 @@ def _judge_name(judge):
     return getattr(judge, "__name__", None) or type(judge).__name__
 
 
-def judge_pairs(pairs, judge=None, *, swap=True, examples=10, position_flip_flag=POSITION_FLIP_FLAG,
+def judge_pairs(pairs, judge=None, *, swap=True, concurrency=8, examples=10, position_flip_flag=POSITION_FLIP_FLAG,
                 prefers_rejected_flag=PREFERS_REJECTED_FLAG, **_ignored):
     """Ask a pairwise judge (a plain callable ``judge(a_row, b_row)``) about each pair, in both orders.
 
     Writes ``pairwise`` and ``tie`` onto each pair in place; an answer that flips with the order is a
-    tie. Returns (pairs, report).
+    tie. Up to ``concurrency`` pairs are asked at once (spec 8.5; a judge is usually a remote model);
+    results are recorded in order. Returns (pairs, report).
     """
     judging = PairwiseJudging(judge, swap=swap, examples=examples)
     entries = [p for p in pairs if isinstance(p, dict)]
     bad = [i for i, p in enumerate(entries) if not is_pair(p)]
     if bad:
         raise ValueError(f"{len(bad)} entries are not pairs (need chosen/rejected rows); first at {bad[0]}")
-    for pair in entries:
-        judging.add(pair)
+    for pair, answers in _asked(judging, entries, concurrency):
+        judging.record(pair, answers)
     return entries, judging.report(position_flip_flag, prefers_rejected_flag)
+
+
+def _asked(judging, pairs, concurrency):
+    """``(pair, judging.ask(pair))`` in order, with up to ``concurrency`` pairs asked at once and no more
+    than twice that many waiting, so a streamed pairs file stays streamed."""
+    concurrency = _check_concurrency(concurrency)
+    if concurrency == 1:
+        for pair in pairs:
+            yield pair, judging.ask(pair)
+        return
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(concurrency, thread_name_prefix="judge") as pool:
+        waiting = deque()
+        for pair in pairs:
+            waiting.append((pair, pool.submit(judging.ask, pair)))
+            if len(waiting) >= 2 * concurrency:
+                pair, answers = waiting.popleft()
+                yield pair, answers.result()
+        while waiting:
+            pair, answers = waiting.popleft()
+            yield pair, answers.result()
+
+
+def _check_concurrency(concurrency) -> int:
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"concurrency must be a whole number of at least 1, got {concurrency!r}: how many "
+                         "pairs the judge is asked about at once (1 for a judge that keeps state)")
+    return concurrency
 
 
 def is_pair(entry):
@@ -400,13 +431,24 @@ class PairwiseJudging:
 
     def add(self, pair):
         """Judge one pair (both orders unless ``swap`` is off); writes ``pairwise`` and ``tie`` onto it."""
+        self.record(pair, self.ask(pair))
+
+    def ask(self, pair):
+        """The judge's answers about one pair, parsed; changes nothing (so pairs can be asked at once)."""
+        answers = [_ask(self.judge, pair["chosen"], pair["rejected"])]
+        if self.swap:
+            answers.append(_ask(self.judge, pair["rejected"], pair["chosen"]))
+        return answers
+
+    def record(self, pair, answers):
+        """Write ``pairwise`` and ``tie`` onto ``pair`` from its ``ask`` answers, and count them."""
         self.n += 1
-        first, reason1, answer1 = _ask(self.judge, pair["chosen"], pair["rejected"])
+        first, reason1, answer1 = answers[0]
         first = {"A": "chosen", "B": "rejected", "tie": "tie"}.get(first)
         asked = [(reason1, answer1)]
         second = None
         if self.swap:
-            second, reason2, answer2 = _ask(self.judge, pair["rejected"], pair["chosen"])
+            second, reason2, answer2 = answers[1]
             second = {"A": "rejected", "B": "chosen", "tie": "tie"}.get(second)
             asked.append((reason2, answer2))
         reasons = [text(r) for r, _ in asked if r]  # the reference's: given reasons only, as text
@@ -464,10 +506,11 @@ class PairwiseJudging:
         }
 
 
-def judge_pairs_file(source, output, judge=None, *, swap=True, examples=10, position_flip_flag=POSITION_FLIP_FLAG,
-                     prefers_rejected_flag=PREFERS_REJECTED_FLAG):
-    """``judge_pairs`` from a pairs file to a pairs file, one pair at a time: memory does not grow with
+def judge_pairs_file(source, output, judge=None, *, swap=True, concurrency=1, examples=10,
+                     position_flip_flag=POSITION_FLIP_FLAG, prefers_rejected_flag=PREFERS_REJECTED_FLAG):
+    """``judge_pairs`` from a pairs file to a pairs file, a few pairs at a time: memory does not grow with
     the pairs. ``output`` may be ``source`` (it is replaced whole once every pair is judged).
+    ``concurrency`` is 1 here by default: the pipeline's judge is a user's callable, which may keep state.
 
     Returns the judge report plus ``path``, ``n_written``, ``sha256``, ``ties`` (pairs judged a tie) and
     ``first_failure`` (what the judge said or raised on the first pair it could not judge, or None).
@@ -475,15 +518,21 @@ def judge_pairs_file(source, output, judge=None, *, swap=True, examples=10, posi
     from .jsonl import atomic_file, dumps_line, iter_jsonl
 
     judging = PairwiseJudging(judge, swap=swap, examples=examples)
+    _check_concurrency(concurrency)
     digest = hashlib.sha256()
-    with atomic_file(output) as out:
+
+    def entries():
         for lineno, entry in iter_jsonl(source):
             if not isinstance(entry, dict):
                 continue  # judge_pairs leaves such entries out too
             if not is_pair(entry):
                 raise ValueError(f"{source}:{lineno} is not a pair (need chosen/rejected rows); build pairs with "
                                  "build_pairs_file or build_preference_pairs")
-            judging.add(entry)
+            yield entry
+
+    with atomic_file(output) as out:
+        for entry, answers in _asked(judging, entries(), concurrency):
+            judging.record(entry, answers)
             line = dumps_line(entry)
             digest.update(line)
             out.write(line)

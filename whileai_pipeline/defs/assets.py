@@ -346,7 +346,7 @@ def preference_pairs(
         judge_report = None
         if judge is not None:
             try:
-                judged = judge_pairs_file(incoming, incoming, judge)  # a pair at a time
+                judged = judge_pairs_file(incoming, incoming, judge, concurrency=config.judge_concurrency)
             except ValueError as exc:
                 raise _library_failure(exc, "judge_pairs") from None
             sha256, ties = judged["sha256"], judged["ties"]

@@ -7,7 +7,7 @@ asset                       options
 ==========================  =============================================================
 raw_simulation_data         on_bad_line
 scored_simulation_data      scorer
-preference_pairs            max_pairs_per_prompt, min_margin, length_match, judge
+preference_pairs            max_pairs_per_prompt, min_margin, length_match, judge, judge_concurrency
 sft_export                  formats, mask_mode, unroll, strip_think, max_tool_output_chars,
                             validate, sft_rows
 dpo_export                  formats, strip_think, validate, drop_ties
@@ -92,6 +92,11 @@ class PairsConfig(dg.Config):
         description="Optional pairwise judge module:function(a_row, b_row) -> {winner: A|B|tie}; "
         "empty: no judging. Pairs the judge cannot separate become ties.",
     )
+    judge_concurrency: int = Field(
+        default=1,
+        description="Pairs the judge is asked about at once (threads). 1 keeps a stateful judge's calls in "
+        "order; a judge that calls a remote model gains from 8 or so.",
+    )
 
     @field_validator("min_margin")
     @classmethod
@@ -105,6 +110,13 @@ class PairsConfig(dg.Config):
     def _max_pairs(cls, value):
         if value < 1:
             raise ValueError("max_pairs_per_prompt must be at least 1")
+        return value
+
+    @field_validator("judge_concurrency")
+    @classmethod
+    def _judge_concurrency(cls, value):
+        if value < 1:
+            raise ValueError("judge_concurrency must be at least 1")
         return value
 
     @field_validator("judge")
@@ -169,6 +181,7 @@ FLAT_OPTIONS = {
     "min_margin": ("preference_pairs",),
     "length_match": ("preference_pairs",),
     "judge": ("preference_pairs",),
+    "judge_concurrency": ("preference_pairs",),
     "formats": ("sft_export", "dpo_export"),
     "mask_mode": ("sft_export",),
     "unroll": ("sft_export",),
