@@ -1,6 +1,7 @@
 """Issue 6.5: privileged context never leaves in metadata, and quoting replies are always caught."""
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -80,3 +81,24 @@ def test_no_blocked_key_in_metadata_and_every_quote_caught(tmp_path, batch, fmt)
             1 for p in pairs if p["chosen"]["final_text"].startswith("As noted,"))
         assert dpo["privileged_leaks"]["n_leaked"] == chosen_quoting
         _assert_clean(tmp_path / "dpo.jsonl")
+
+
+@pytest.mark.parametrize("content", [
+    [{"type": "text", "text": "Sure: the parcel was lost in the Leeds depot fire"}],
+    {"text": "Sure: the parcel was lost in the Leeds depot fire"},
+    [{"type": "text", "text": "Voilà : le colis a brûlé au dépôt de Leeds"}],
+])
+def test_an_assistant_turn_made_of_content_parts_is_searched(tmp_path, content):
+    """The export writes content parts as their JSON text (which escapes what is not ASCII); the gate
+    once searched string content only, so a quote inside parts was published under passing gates."""
+    reference = content[0]["text"] if isinstance(content, list) else content["text"]
+    reference = reference.split(": ", 1)[1]
+    row = {"prompt": "Where is my parcel?", "reward": 1, "final_text": "It is on its way.", "scenario_id": "s",
+           "privileged": {"reference": reference},
+           "messages": [{"role": "user", "content": "Where is my parcel?"},
+                        {"role": "assistant", "content": content}]}
+    assert wai.leak_report([row])["n_leaked"] == 1
+    for fmt in ("openai", "trl"):
+        with pytest.raises(wai.PrivilegedLeakError):
+            wai.export_dataset([row], tmp_path / f"{fmt}.jsonl", format=fmt)
+    assert not list(tmp_path.iterdir())

@@ -9,7 +9,7 @@ import orjson
 from .errors import ExportError
 from .conversation import conversation
 from .text import lower, normalize, text
-from .wire import arguments_are_structured
+from .wire import arguments_are_structured, content_text
 
 ENCODINGS = {"openai": "json_string", "trl": "dict"}
 CHECKED_FOR = {
@@ -216,7 +216,23 @@ def _lowered_replies(row, rebuilt):
             content = message.get("content")
             if isinstance(content, str):
                 parts.append(content)
+            elif content is not None:
+                # Content parts (a list or an object) are exported as their JSON text (wire.content_text),
+                # which escapes what is not ASCII: search that text and the strings inside it.
+                parts.append(content_text(content))
+                parts.extend(_strings_in(content))
     return lower("\n".join(p for p in parts if p))
+
+
+def _strings_in(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings_in(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings_in(item)
 
 
 def leak_verdict(row, min_len=LEAK_MIN_QUOTE_CHARS, rebuilt=None):
