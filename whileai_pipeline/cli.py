@@ -342,8 +342,10 @@ def _import_callables(run_config):
 
     ops = run_config.get("ops") or {}
 
-    def option(op, name):
-        return ((ops.get(op) or {}).get("config") or {}).get(name)
+    def option(op, name):  # any shape: Dagster's own check reports a wrong one (exit 2)
+        block = ops.get(op) if isinstance(ops, dict) else None
+        config = block.get("config") if isinstance(block, dict) else None
+        return config.get(name) if isinstance(config, dict) else None
 
     if option("scored_simulation_data", "scorer"):
         resolve_scorer(option("scored_simulation_data", "scorer"))

@@ -368,3 +368,16 @@ def test_an_execution_block_in_an_ops_config_still_runs(home, tmp_path, monkeypa
     config = tmp_path / "exec.yaml"
     config.write_text("ops: {}\nexecution:\n  config:\n    multiprocess:\n      max_concurrent: 1\n")
     assert cli_module.main(["run", str(SAMPLE), "--config", str(config), "--home", str(home)]) == 0
+
+
+@pytest.mark.parametrize("text", ["ops: [1]\n", "ops: hello\n", "ops:\n  scored_simulation_data:\n    config: [1]\n"])
+def test_an_ops_config_of_the_wrong_shape_is_bad_usage(home, tmp_path, monkeypatch, capsys, text):
+    """It crashed with an AttributeError traceback (exit 1) before Dagster could say what was wrong."""
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    config = tmp_path / "shape.yaml"
+    config.write_text(text)
+    assert cli_module.main(["run", str(SAMPLE), "--config", str(config), "--home", str(home)]) == 2
+    assert capsys.readouterr().err.startswith("whileai-pipeline: error: ")
+    assert not (home / "inbox").exists() or not any((home / "inbox").iterdir())
