@@ -205,12 +205,13 @@ def _export_lines(result, storage, key):
 
 
 def _named_as_given(line, storage, key, path):
-    """``line`` with the inbox copy of the run (and of its sidecar) named as the file the user gave:
-    the copy is byte for byte that file, so a line number holds, and fixing the copy would not help
-    (the next ``run FILE`` copies the original over it)."""
+    """``line`` with the inbox copy of the run (and of its sidecar), and the raw stage's snapshot of it,
+    named as the file the user gave: each is byte for byte that file, so a line number holds, and fixing
+    a copy would not help (the next ``run FILE`` copies the original over it)."""
     from whileai_pipeline.defs.resources import meta_path_for
 
-    for copy, given in ((storage.run_path(key), path), (storage.run_meta_path(key), meta_path_for(path))):
+    for copy, given in ((storage.run_path(key), path), (storage.run_meta_path(key), meta_path_for(path)),
+                        (storage.stage_path(key, "raw"), path)):
         if copy.resolve() != Path(given).resolve():
             line = line.replace(str(copy), str(given))
     return line

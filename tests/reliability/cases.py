@@ -8,7 +8,8 @@ line is to blame, the line number the message must name).
 import json
 from dataclasses import dataclass, field
 
-from whileai_pipeline.core.errors import BadJsonlError, PrivilegedLeakError, RoundtripInvalidError, SchemaInvalidError
+from whileai_pipeline.core.errors import (BadJsonlError, ExportError, PrivilegedLeakError, RoundtripInvalidError,
+                                         SchemaInvalidError)
 
 
 def line(row) -> bytes:
@@ -90,6 +91,20 @@ CASES = [
          line({"messages": ["x", 3, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}), n=1),
     Case("messages_only_non_dicts", line({"messages": ["x", 3]}), error=SchemaInvalidError,
          token="schema_invalid in training_rows: 0:messages_missing", line=1),
+    # Shapes the exporters cannot read: the library says what is wrong (it once raised a bare TypeError,
+    # or made up empty rows and nameless calls), the pipeline's raw stage names the file and line.
+    Case("messages_a_number", GOOD_LINE + with_(messages=3), error=ExportError,
+         token="messages must be a list of message objects, got int 3", pipeline="raw:bad_jsonl:", pipeline_line=2),
+    Case("messages_a_string", GOOD_LINE + with_(messages="see the steps"), error=SchemaInvalidError,
+         token="schema_invalid in training_rows: 1:messages_missing", line=2, pipeline="raw:bad_jsonl:",
+         pipeline_line=2),
+    Case("tool_calls_true", line({"messages": [{"role": "user", "content": "q"},
+                                              {"role": "assistant", "content": "a", "tool_calls": True}]}),
+         error=ExportError, token="tool_calls must be a list of call objects, got bool True", pipeline="raw:bad_jsonl:",
+         pipeline_line=1),
+    Case("tool_calls_of_strings", line({"messages": [{"role": "user", "content": "q"},
+                                                    {"role": "assistant", "content": "a", "tool_calls": ["lookup"]}]}),
+         n=1, pipeline="raw:bad_jsonl:", pipeline_line=1),
     Case("arguments_invalid_json", with_(steps=[{"tool": "lookup", "arguments": "{id: 7}", "result": "ok"}]),
          error=RoundtripInvalidError, token="tool_call_roundtrip_invalid: 1 of 1", pipeline="gate:tool_call_roundtrip"),
     Case("arguments_doubly_encoded",

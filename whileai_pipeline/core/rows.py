@@ -21,6 +21,30 @@ _CARRIED = frozenset(CARRIED_KEYS)
 _CARRIED_ORDER = {key: i for i, key in enumerate(CARRIED_KEYS)}
 
 
+def shape_problem(row: dict):
+    """Why a trajectory cannot be exported as it stands, or None: ``messages`` that is not a list, or
+    a ``tool_calls`` that is not a list of call objects. The exporters would crash on it (a number), or
+    read it into empty rows (a string) and made-up calls with no name (a string or a number as a call)
+    that pass the gates. The pipeline's raw stage refuses such a line (or quarantines it)."""
+    messages = row.get("messages")
+    if not messages:
+        return None  # rebuilt from prompt and steps
+    if not isinstance(messages, list):
+        return f"'messages' must be a list of message objects, got {type(messages).__name__}"
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue  # left out, as the exporters leave it out
+        calls = message.get("tool_calls")
+        if not calls:
+            continue
+        if not isinstance(calls, list):
+            return f"messages[{i}].tool_calls must be a list of call objects, got {type(calls).__name__}"
+        for j, call in enumerate(calls):
+            if not isinstance(call, dict):
+                return f"messages[{i}].tool_calls[{j}] must be a call object, got {type(call).__name__}"
+    return None
+
+
 def stamp(row):
     if isinstance(row, dict) and SCHEMA_KEY not in row:
         row[SCHEMA_KEY] = SCHEMA_VERSION

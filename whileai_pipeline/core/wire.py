@@ -10,6 +10,7 @@ from collections import deque
 
 import orjson
 
+from .errors import ExportError
 from .jsonl import LONG_DIGIT_RUN, dumps, jsonable
 from .text import pyjson, text
 
@@ -221,6 +222,17 @@ class WireStats:
         return sum(c for _, c in self.cuts)
 
 
+def _iterable(value, name, want):
+    """``value`` (or nothing, when it is empty) to loop over, or an ExportError that says what it is."""
+    if not value:
+        return ()
+    if isinstance(value, (int, float)):  # bools too: nothing to loop over
+        then = "the conversation is rebuilt from prompt and steps" if name == "messages" else "no calls"
+        raise ExportError(f"{name} must be {want}, got {type(value).__name__} {value!r}: fix that row, or leave "
+                          f"the key out ({then})")
+    return value
+
+
 def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None, stats=None, objects=None):
     """Convert loose or wire messages to chat-completions wire messages.
 
@@ -234,7 +246,7 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
         out.append({"role": "system", "content": system})
     pending = deque()
     counter = 0
-    for message in messages or ():
+    for message in _iterable(messages, "messages", "a list of message objects"):
         if type(message) is not dict and not isinstance(message, dict):
             continue
         role = message.get("role") or ""
@@ -250,7 +262,7 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
             calls = message.get("tool_calls")
             if calls:
                 wire_calls = []
-                for call in calls:
+                for call in _iterable(calls, "tool_calls", "a list of call objects"):
                     if not isinstance(call, dict):
                         call = {}
                     fn = call.get("function")

@@ -21,6 +21,7 @@ from whileai_pipeline.core.errors import BadJsonlError, ExportError, SourceChang
 from whileai_pipeline.core.jsonl import _BLANK, atomic_file, dumps_line, fsync_dir, parse_line, sha256_file
 from whileai_pipeline.core.pairs import build_pairs_file, judge_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
+from whileai_pipeline.core.rows import shape_problem
 from whileai_pipeline.core.runs import read_sidecar_file
 from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callable, passing_rows_file, resolve_scorer,
                                            score_file, score_stats_of_file)
@@ -144,8 +145,8 @@ def raw_simulation_data(
             try:
                 for lineno, facts in raw_facts(snapshot, digest):
                     tick(progress, stats.rows + 1)
-                    if isinstance(facts, str):  # the type name of a value that is not an object
-                        raise BadJsonlError(src, lineno, f"expected a JSON object (one trajectory), got {facts}")
+                    if isinstance(facts, str):  # why the line is not a trajectory
+                        raise BadJsonlError(src, lineno, facts)
                     stats.add_facts(facts)
             except BadJsonlError as exc:
                 message = str(exc).replace(str(snapshot), str(src))
@@ -230,6 +231,8 @@ def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> int:
                     continue
                 if not isinstance(row, dict):
                     reason = f"expected a JSON object (one trajectory), got {type(row).__name__}"
+                else:
+                    reason = shape_problem(row)
             if reason is None:
                 stats.add(row)
                 out.write(line.strip().removeprefix(b"\xef\xbb\xbf") + b"\n")

@@ -4,6 +4,8 @@ import hashlib
 import math
 from collections import Counter
 
+from whileai_pipeline.core.rows import shape_problem
+
 PREVIEW_ROWS = 5
 
 
@@ -61,10 +63,14 @@ class RawStats:
 
     @classmethod
     def facts(cls, row, preview=True):
-        """What ``add_facts`` needs of one row (for a non-object, its type's name): small and picklable,
-        so worker processes can read a big run and send these back. ``preview``: also its preview line."""
+        """What ``add_facts`` needs of one row (for a row that is not a trajectory, the reason why): small
+        and picklable, so worker processes can read a big run and send these back. ``preview``: also its
+        preview line."""
         if not isinstance(row, dict):
-            return type(row).__name__
+            return f"expected a JSON object (one trajectory), got {type(row).__name__}"
+        problem = shape_problem(row)
+        if problem is not None:
+            return problem
         prompt = row.get("prompt")
         group = row.get("scenario_id") or row.get("task_id") or prompt
         privileged = row.get("privileged")
