@@ -135,6 +135,8 @@ def test_a_min_margin_that_is_nan_or_not_a_number_is_refused(tmp_path, build):
 
     with pytest.raises(ValueError, match=r"^min_margin must be positive; equal scores carry no preference \(got nan\)$"):
         pairs(float("nan"))
+    with pytest.raises(ValueError, match=r"^min_margin must be finite: no pair of rewards is an infinite margin"):
+        pairs(float("inf"))
     with pytest.raises(TypeError, match=r"^min_margin must be a number, got str '1'; pass the smallest reward"):
         pairs("1")
     with pytest.raises(ValueError, match=r"^min_margin must be positive; .* \(got Decimal\('NaN'\)\)$"):

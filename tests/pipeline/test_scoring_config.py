@@ -101,7 +101,8 @@ def test_flat_config_maps_to_each_asset():
     assert flat_to_run_config({"judge_concurrency": 8}) == {"ops": {"preference_pairs": {"config": {
         "judge_concurrency": 8}}}}
     for bad in ({"nope": 1}, {"mask_mode": "all"}, {"formats": ["csv"]}, {"min_margin": 0},
-                {"scorer": "magic"}, {"judge": "nocolon"}, {"sft_rows": "some"}, {"judge_concurrency": 0}, [1]):
+                {"scorer": "magic"}, {"judge": "nocolon"}, {"sft_rows": "some"}, {"judge_concurrency": 0},
+                {"max_tool_output_chars": -5}, {"min_margin": float("inf")}, [1]):
         with pytest.raises(ConfigFileError):
             flat_to_run_config(bad)
     # Dagster's own form gets the same value checks (Dagster alone checks types, not values)

@@ -131,6 +131,8 @@ CASES = [
          report={"privileged_leaks": {"checked": False}}),
     # ------------------------------------------------------------ the sidecar
     Case("sidecar_not_json", GOOD_LINE, sidecar=b"{system_prompt: oops", error=ValueError, token="bad_sidecar:", pipeline="raw:bad_sidecar:"),
+    Case("sidecar_system_prompt_not_text", GOOD_LINE, sidecar=b'{"system_prompt": {"text": "Be exact."}}',
+         error=ValueError, token="bad_sidecar:", pipeline="raw:bad_sidecar:"),  # it was written as a repr
     Case("sidecar_tools_not_a_list", GOOD_LINE, sidecar=b'{"system_prompt": "S", "tools": {"name": "lookup"}}',
          error=ValueError, token="bad_sidecar:", pipeline="raw:bad_sidecar:"),
     Case("sidecar_an_array", GOOD_LINE, sidecar=b"[]", error=ValueError, token="bad_sidecar:", pipeline="raw:bad_sidecar:"),

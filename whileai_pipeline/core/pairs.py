@@ -195,7 +195,8 @@ def summary_fields(row, _=None):
 # ---------------------------------------------------------------- selection
 
 def check_min_margin(min_margin):
-    """A positive number. NaN is refused too: the reference takes it and silently pairs nothing."""
+    """A positive, finite number. NaN and infinity are refused too: the reference takes them and
+    silently pairs nothing."""
     try:
         positive = bool(min_margin > 0)
     except ArithmeticError:  # Decimal("NaN")
@@ -205,6 +206,9 @@ def check_min_margin(min_margin):
                         "pass the smallest reward difference a pair must have, e.g. 1.0") from None
     if not positive:
         raise ValueError(f"{MIN_MARGIN_ERROR} (got {min_margin!r})")
+    if min_margin == math.inf:
+        raise ValueError("min_margin must be finite: no pair of rewards is an infinite margin apart, so it "
+                         "would pair nothing")
 
 
 def plan_pairs(summaries, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True):

@@ -85,7 +85,10 @@ def read_sidecar_file(meta):
         raise ValueError(f"bad_sidecar: {meta}: 'tools' must be a list of tool schemas (JSON objects), but "
                          f"item {i} is {type(tools[i]).__name__} {tools[i]!r:.60}; fix or delete the sidecar")
     system = data.get("system_prompt")
-    return (None if system is None else text(system)), tools
+    if system is not None and not isinstance(system, str):
+        raise ValueError(f"bad_sidecar: {meta}: 'system_prompt' must be text, got {type(system).__name__} "
+                         f"{system!r:.60}; fix or delete the sidecar")
+    return system, tools
 
 
 def load_run(path) -> Run:

@@ -18,6 +18,7 @@ Dagster run config, sending shared names (formats, strip_think, validate) to bot
 """
 
 import enum
+import math
 from typing import List, Optional
 
 import dagster as dg
@@ -103,6 +104,8 @@ class PairsConfig(dg.Config):
     def _margin(cls, value):
         if not value > 0:
             raise ValueError("min_margin must be positive; equal scores carry no preference")
+        if math.isinf(value):
+            raise ValueError("min_margin must be finite: no pair of rewards is an infinite margin apart")
         return value
 
     @field_validator("max_pairs_per_prompt")
@@ -147,6 +150,14 @@ class SftExportConfig(dg.Config):
     @classmethod
     def _formats(cls, value):
         return _check_formats(value)
+
+    @field_validator("max_tool_output_chars")
+    @classmethod
+    def _cap(cls, value):
+        if value is not None and value < 0:
+            raise ValueError(f"max_tool_output_chars must be 0 or more (or null for no cut), got {value}: "
+                             "a negative cap would erase every tool output")
+        return value
 
     @field_validator("sft_rows")
     @classmethod
