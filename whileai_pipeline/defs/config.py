@@ -108,18 +108,11 @@ class PairsConfig(dg.Config):
             raise ValueError("min_margin must be finite: no pair of rewards is an infinite margin apart")
         return value
 
-    @field_validator("max_pairs_per_prompt")
+    @field_validator("max_pairs_per_prompt", "judge_concurrency")
     @classmethod
-    def _max_pairs(cls, value):
+    def _at_least_one(cls, value, info):
         if value < 1:
-            raise ValueError("max_pairs_per_prompt must be at least 1")
-        return value
-
-    @field_validator("judge_concurrency")
-    @classmethod
-    def _judge_concurrency(cls, value):
-        if value < 1:
-            raise ValueError("judge_concurrency must be at least 1")
+            raise ValueError(f"{info.field_name} must be at least 1")
         return value
 
     @field_validator("judge")
