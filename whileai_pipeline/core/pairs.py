@@ -419,8 +419,9 @@ def is_pair(entry):
 
 
 class PairwiseJudging:
-    """``judge_pairs`` one pair at a time: ``add`` judges a pair in place and counts it; ``report``
-    sums up. The pipeline streams a pairs file through it, so memory does not grow with the pairs."""
+    """``judge_pairs`` one pair at a time: ``ask`` gets the judge's answers (from any thread),
+    ``record`` writes them onto the pair and counts them, in order; ``report`` sums up. The pipeline
+    streams a pairs file through it, so memory does not grow with the pairs."""
 
     def __init__(self, judge, *, swap=True, examples=10):
         if judge is None or not callable(judge):
@@ -433,12 +434,9 @@ class PairwiseJudging:
         self.disagreements = []
         self.first_failure = None  # why the first pair the judge could not judge was not judged
 
-    def add(self, pair):
-        """Judge one pair (both orders unless ``swap`` is off); writes ``pairwise`` and ``tie`` onto it."""
-        self.record(pair, self.ask(pair))
-
     def ask(self, pair):
-        """The judge's answers about one pair, parsed; changes nothing (so pairs can be asked at once)."""
+        """The judge's answers about one pair (both orders unless ``swap`` is off), parsed; changes
+        nothing, so pairs can be asked at once."""
         answers = [_ask(self.judge, pair["chosen"], pair["rejected"])]
         if self.swap:
             answers.append(_ask(self.judge, pair["rejected"], pair["chosen"]))
