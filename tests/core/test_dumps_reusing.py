@@ -92,6 +92,8 @@ def test_exports_are_the_same_bytes_as_with_plain_dumps(tmp_path, monkeypatch, f
 
     monkeypatch.setattr(sft, "dumps_reusing", plain)
     monkeypatch.setattr(preference, "dumps_reusing", plain)
+    import whileai_pipeline.core.wire as wire
+    monkeypatch.setattr(wire, "dumps_reusing", plain)  # TRL rows from a file: ObjectTexts.dumps
     slow = both("slow")
     for a, b in zip(fast, slow):
         assert {k: v for k, v in a.items() if k not in ("path", "elapsed_seconds")} == \

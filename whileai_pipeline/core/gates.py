@@ -77,7 +77,7 @@ def count_tool_calls(messages, encoding, objects=None):
     ``objects``: the ``wire.ObjectTexts`` whose Fragments (objects by construction) these messages hold.
     """
     checked = invalid = 0
-    fragments = {id(fn) for fn, _ in objects.placed} if objects else ()
+    fragments = {id(fn) for fn, _ in objects.placed} if objects is not None else ()
     for message in messages or ():
         if not isinstance(message, dict):
             continue

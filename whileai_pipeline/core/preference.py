@@ -117,10 +117,8 @@ def _pair_outcomes(item, plans):
             margin if _counted_margin(margin) else None,
             plan.trl and (_speaks_for_user(row["chosen"]) or _speaks_for_user(row["rejected"])),
         )
-        undo = placed.undo if placed is not None and placed.placed else None
-        outcomes.append((preference_problems(row), facts, dumps_reusing(row, "tools", plan.tools_json, undo=undo)))
-        if undo is not None:
-            placed.placed.clear()
+        write = dumps_reusing if placed is None else placed.dumps
+        outcomes.append((preference_problems(row), facts, write(row, "tools", plan.tools_json)))
     return outcomes
 
 

@@ -124,8 +124,8 @@ def _written(entry, plan, objects=None):
         trained, masked,
         _reward_class(row.get("reward")),
     )
-    undo = objects.undo if objects is not None and objects.placed else None
-    return facts, dumps_reusing(row, "tools", plan.tools_json, undo=undo), tail
+    write = dumps_reusing if objects is None else objects.dumps
+    return facts, write(row, "tools", plan.tools_json), tail
 
 
 def _sft_lines(raw, plans):

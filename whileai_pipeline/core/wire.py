@@ -11,7 +11,7 @@ from collections import deque
 import orjson
 
 from .errors import ExportError
-from .jsonl import LONG_DIGIT_RUN, dumps, jsonable
+from .jsonl import LONG_DIGIT_RUN, dumps, dumps_reusing, jsonable
 from .text import pyjson, text
 
 DECODE_PASSES = 3
@@ -158,6 +158,14 @@ class ObjectTexts:
         for fn, arguments in self.placed:
             fn["arguments"] = decode_arguments(arguments)
         self.placed.clear()
+
+    def dumps(self, row, key, encoded) -> bytes:
+        """``jsonl.dumps_reusing(row, key, encoded)`` for a row that may hold these Fragments; they are
+        forgotten once it is written."""
+        try:
+            return dumps_reusing(row, key, encoded, undo=self.undo if self.placed else None)
+        finally:
+            self.placed.clear()
 
 
 def arguments_are_structured(arguments, encoding: str) -> bool:
