@@ -5,8 +5,8 @@ surface (see the spec), with the improvements in DECISIONS.md. Pure Python: no D
 """
 
 from .core.conversation import conversation
-from .core.errors import (BadJsonlError, ExportError, GateError, NoPreferencePairsError, OutputIsSourceError,
-                          PrivilegedLeakError, RoundtripInvalidError, SchemaInvalidError, SourceChangedError,
+from .core.errors import (BadJsonlError, BadRowError, ExportError, GateError, NoPreferencePairsError,
+                          OutputIsSourceError, PrivilegedLeakError, RoundtripInvalidError, SchemaInvalidError, SourceChangedError,
                           WorkerLostError, WriteFailedError)
 from .core.export import (export_dataset, export_datasets, export_preference, export_preferences, export_training,
                           iter_training_rows, training_rows)
@@ -21,7 +21,7 @@ EXPORT_FORMATS = ("openai", "trl")
 MASK_MODES = ("assistant", "final")
 
 __all__ = [
-    "BadJsonlError", "EXPORT_FORMATS", "ExportError", "GateError", "MASK_MODES", "NoPreferencePairsError",
+    "BadJsonlError", "BadRowError", "EXPORT_FORMATS", "ExportError", "GateError", "MASK_MODES", "NoPreferencePairsError",
     "OutputIsSourceError", "PrivilegedLeakError", "Profile", "RoundtripInvalidError", "Run", "SchemaInvalidError",
     "SourceChangedError", "WorkerLostError",
     "build_preference_pairs", "conversation", "export_dataset", "export_datasets", "export_preference",

@@ -8,7 +8,7 @@ line is to blame, the line number the message must name).
 import json
 from dataclasses import dataclass, field
 
-from whileai_pipeline.core.errors import (BadJsonlError, ExportError, PrivilegedLeakError, RoundtripInvalidError,
+from whileai_pipeline.core.errors import (BadJsonlError, BadRowError, PrivilegedLeakError, RoundtripInvalidError,
                                          SchemaInvalidError)
 
 
@@ -36,6 +36,7 @@ class Case:
     error: type | None = None
     token: str = ""
     line: int | None = None
+    says: str = ""                # what else the error message must say (after the token and place)
     n: int | None = None          # rows exported when ok
     report: dict = field(default_factory=dict)  # report entries that must hold when ok
     # Through the pipeline: "ok"; "raw:<token>" (raw_simulation_data fails, naming file:line when
@@ -91,16 +92,17 @@ CASES = [
          line({"messages": ["x", 3, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}), n=1),
     Case("messages_only_non_dicts", line({"messages": ["x", 3]}), error=SchemaInvalidError,
          token="schema_invalid in training_rows: 0:messages_missing", line=1),
-    # Shapes the exporters cannot read: the library says what is wrong (it once raised a bare TypeError,
-    # or made up empty rows and nameless calls), the pipeline's raw stage names the file and line.
-    Case("messages_a_number", GOOD_LINE + with_(messages=3), error=ExportError,
-         token="messages must be a list of message objects, got int 3", pipeline="raw:bad_jsonl:", pipeline_line=2),
+    # Shapes the exporters cannot read: the library says what is wrong and where (it once raised a bare
+    # TypeError, or made up empty rows and nameless calls), the pipeline's raw stage refuses the line.
+    Case("messages_a_number", GOOD_LINE + with_(messages=3), error=BadRowError, token="bad_row:", line=2,
+         says="messages must be a list of message objects, got int 3", pipeline="raw:bad_jsonl:", pipeline_line=2),
     Case("messages_a_string", GOOD_LINE + with_(messages="see the steps"), error=SchemaInvalidError,
          token="schema_invalid in training_rows: 1:messages_missing", line=2, pipeline="raw:bad_jsonl:",
          pipeline_line=2),
     Case("tool_calls_true", line({"messages": [{"role": "user", "content": "q"},
                                               {"role": "assistant", "content": "a", "tool_calls": True}]}),
-         error=ExportError, token="tool_calls must be a list of call objects, got bool True", pipeline="raw:bad_jsonl:",
+         error=BadRowError, token="bad_row:", line=1, says="tool_calls must be a list of call objects, got bool True",
+         pipeline="raw:bad_jsonl:",
          pipeline_line=1),
     Case("tool_calls_of_strings", line({"messages": [{"role": "user", "content": "q"},
                                                     {"role": "assistant", "content": "a", "tool_calls": ["lookup"]}]}),

@@ -45,6 +45,7 @@ def test_bad_input_through_the_library(tmp_path, case):
         assert message.startswith(case.token), message
         if case.line is not None:
             assert f"{run}:{case.line}" in message, message
+        assert case.says in message, message
         assert not out.exists()
         assert not (out.parent.exists() and os.listdir(out.parent)), "debris left beside the output"
     else:

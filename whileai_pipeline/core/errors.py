@@ -24,6 +24,26 @@ class BadJsonlError(ExportError):
         return type(self), (self.path, self.line, self.reason)
 
 
+class BadRowError(ExportError):
+    """A row that reads as JSON but that the exporters cannot convert as it stands (``bad_row:``); the
+    message names where it is: ``path:line`` for a file, the index for rows given in memory."""
+
+    def __init__(self, where, reason):
+        self.where = str(where)
+        self.reason = str(reason)
+        super().__init__(f"bad_row: {where}: {reason}")
+
+    @classmethod
+    def at(cls, source, position, exc, given="rows"):
+        """The error for ``exc``, raised converting the row at line ``position`` of the file ``source``
+        (a path), or at index ``position`` of the rows (``given``) passed in memory (``source`` None)."""
+        where = f"{source}:{position}" if source is not None else f"index {position} of the {given} given"
+        return cls(where, exc)
+
+    def __reduce__(self):  # survives the trip back from a worker process
+        return type(self), (self.where, self.reason)
+
+
 class WriteFailedError(ExportError):
     """Writing the output failed (disk full, no permission, ...); nothing was published."""
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import orjson
 
-from .errors import BadJsonlError, ExportError, WorkerLostError, WriteFailedError
+from .errors import BadJsonlError, BadRowError, ExportError, WorkerLostError, WriteFailedError
 from .jsonl import _BLANK, long_digit_runs, parse_line, temp_prefix
 from .runs import change_explains_failure, file_stamp
 
@@ -268,13 +268,18 @@ def write_chunk(path, chunk, fn, plan, parts):
     The lines go to the part files (one per output: an export in several formats writes several); the
     (line number, outcome) pairs come back, so output bytes never cross the pipe. Returns (outcomes,
     parts, the chunk's number of lines); line numbers count from the chunk's first line when its
-    ``first_line`` is None.
+    ``first_line`` is None. A row ``fn`` refuses (an ExportError) is a BadRowError naming its line.
     """
     outcomes = []
     with contextlib.ExitStack() as stack:
         writes = [stack.enter_context(open(part, "wb", buffering=1 << 20)).write for part in parts]
         for lineno, _, value in chunk_rows(path, chunk):
-            outcome, lines_per_part = fn(value, plan)
+            try:
+                outcome, lines_per_part = fn(value, plan)
+            except ExportError as exc:
+                if chunk.first_line is None:
+                    lineno += lines_before(path, chunk.start)
+                raise BadRowError.at(path, lineno, exc) from None
             for write, lines in zip(writes, lines_per_part):
                 for line in lines:
                     write(line)

@@ -4,7 +4,7 @@ import enum
 import time
 
 from .conversation import conversation
-from .errors import NoPreferencePairsError, PrivilegedLeakError, RoundtripInvalidError
+from .errors import BadRowError, ExportError, NoPreferencePairsError, PrivilegedLeakError, RoundtripInvalidError
 from .gates import (
     ENCODINGS,
     LeakGate,
@@ -235,7 +235,11 @@ def _run_pairs(src, plans, tallies, spools, workers):
             return
     numbered = src.hashed.numbered() if src.hashed is not None else enumerate(src.rows)
     for position, item in numbered:
-        consume(_pair_outcomes(item, plans), position)
+        try:
+            outcomes = _pair_outcomes(item, plans)
+        except ExportError as exc:
+            raise BadRowError.at(src.path if src.hashed is not None else None, position, exc, "pairs") from None
+        consume(outcomes, position)
 
 
 def export_preference(pairs, output=None, *, system_prompt=None, tools=None, strip_think=True, validate=True,

@@ -17,7 +17,7 @@ import math
 import time
 
 from .conversation import conversation
-from .errors import PrivilegedLeakError, RoundtripInvalidError
+from .errors import BadRowError, ExportError, PrivilegedLeakError, RoundtripInvalidError
 from .gates import (
     ENCODINGS,
     LeakGate,
@@ -83,6 +83,15 @@ def _sft_outcomes(raw, plans):
             written.append((problems, group, _written(entry, plan, objects)))
     length_cut = raw.get("finish_reason") == "length"
     return [(leak, length_cut, written) for written in entries]
+
+
+def _located_outcomes(raw, plans, path, position):
+    """``_sft_outcomes``; a row it refuses is a BadRowError naming ``path:position`` (the row's index
+    when ``path`` is None)."""
+    try:
+        return _sft_outcomes(raw, plans)
+    except ExportError as exc:
+        raise BadRowError.at(path, position, exc) from None
 
 
 def _written(entry, plan, objects=None):
@@ -343,8 +352,8 @@ def _run_pass(src, plans, tallies, spools, prescan_wanted, pool):
         prescan = _Prescan.of_rows(src.rows) if prescan_wanted else None
         for tally in tallies:
             tally.use(prescan)
-        for raw in src.rows:
-            consume(_sft_outcomes(raw, plans))
+        for index, raw in enumerate(src.rows):
+            consume(_located_outcomes(raw, plans, None, index))
         return
     from .parallel import byte_chunks, write_chunk
 
@@ -354,7 +363,7 @@ def _run_pass(src, plans, tallies, spools, prescan_wanted, pool):
             tally.use(prescan)
         hasher = None if prescan is not None else src.hashed.sha256
         for line, raw in iter_jsonl(src.path, hasher):
-            consume(_sft_outcomes(raw, plans), line)
+            consume(_located_outcomes(raw, plans, src.path, line), line)
         return
     # The parent leaves the source's hash for the end (``SourceDigest``): here it would take a core
     # from the workers, there one is free while the disk flushes the output.
