@@ -72,3 +72,15 @@ def test_training_rows_name_the_line_or_index(tmp_path):
         wai.training_rows(run)
     with pytest.raises(BadRowError, match=r"^bad_row: index 1 of the rows given: tool_calls must be a list"):
         list(wai.iter_training_rows([GOOD, BAD_CALLS]))
+
+
+@pytest.mark.parametrize("kind", ["training", "completion", "preference"])
+def test_to_trl_names_the_row_instead_of_a_type_error(kind):
+    side = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "tool_calls": True}]
+    good = {"messages": side[:1] + [{"role": "assistant", "content": "a"}]}
+    bad = {"messages": side, "chosen": side, "rejected": side}
+    with pytest.raises(BadRowError, match=r"^bad_row: index 1 of the rows given: tool_calls must be a list, got bool "
+                                          r"True: to_trl reshapes rows as training_rows\(\) and export_dataset\(\)"):
+        wai.to_trl([good, bad], kind)
+    with pytest.raises(BadRowError, match=r"^bad_row: index 0 of the rows given: messages must be a list, got int 5"):
+        wai.to_trl([{"messages": 5, "chosen": 5, "rejected": 5}], kind)

@@ -5,7 +5,7 @@ objects, not JSON strings. TRL's SFTTrainer reads no per-message mask: a row res
 must be a prompt/completion row.
 """
 
-from .errors import ExportError
+from .errors import BadRowError, ExportError
 from .wire import decode_arguments
 
 KINDS = ("training", "preference", "completion")
@@ -28,7 +28,7 @@ def trl_messages(messages, *, copy=True, objects=None):
     arguments it holds are left as their text, to be written as it is, not decoded.
     """
     out = []
-    for message in messages or ():
+    for message in messages if type(messages) is list else _listed(messages, "messages"):
         if not isinstance(message, dict):
             continue
         if copy:
@@ -36,14 +36,14 @@ def trl_messages(messages, *, copy=True, objects=None):
         calls = message.get("tool_calls")
         if calls:
             new_calls = []
-            for call in calls:
+            for call in calls if type(calls) is list else _listed(calls, "tool_calls"):
                 if not isinstance(call, dict):
                     call = {}
                 elif copy:
                     call = dict(call)
                 fn = call.get("function")
                 if fn and not isinstance(fn, dict):
-                    raise ValueError(
+                    raise ExportError(
                         f"tool call function must be an object, got {type(fn).__name__}: {fn!r:.80}; "
                         "export rows built by training_rows() or fix the tool_calls"
                     )
@@ -57,6 +57,14 @@ def trl_messages(messages, *, copy=True, objects=None):
             message["tool_calls"] = new_calls
         out.append(message)
     return out
+
+
+def _listed(value, name):
+    """``value`` to loop over; a number (which cannot be) is an ExportError that says what to pass."""
+    if isinstance(value, (int, float)):  # bools too
+        raise ExportError(f"{name} must be a list, got {type(value).__name__} {value!r}: to_trl reshapes rows as "
+                          "training_rows() and export_dataset() write them")
+    return value or ()
 
 
 def _move_prompt_text(row, out):
@@ -135,9 +143,12 @@ def to_trl(rows, kind="training"):
     convert = {"training": trl_training_row, "completion": trl_completion_row,
                "preference": trl_preference_row}[kind]
     out = []
-    for row in rows:
+    for index, row in enumerate(rows):
         if isinstance(row, dict):
-            new = convert(row)
+            try:
+                new = convert(row)
+            except ExportError as exc:
+                raise BadRowError.at(None, index, exc) from None
             if new is not None:
                 out.append(new)
     return out
