@@ -58,11 +58,14 @@ as_user() {
 apt_install() {
     is_root || die "$* is not installed and this is not root: install it (apt-get install $*) and retry"
     log "installing $* (Debian packages)"
+    # As scripts/install_chromium.sh: on a freshly booted machine unattended-upgrades holds the dpkg
+    # lock for a while, and apt-get would fail at once ("Could not get lock"): wait for it instead.
+    local apt=(-o DPkg::Lock::Timeout=600 -o Acquire::Retries=3)
     if [ "$APT_UPDATED" = 0 ]; then
-        DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get "${apt[@]}" update -qq >&2
         APT_UPDATED=1
     fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get "${apt[@]}" install -y -qq --no-install-recommends "$@" >&2
 }
 
 # ------------------------------------------------------------------------------------ PostgreSQL

@@ -1,9 +1,8 @@
 """Issue 3.7: the README's first set-up command works as written, from a clean copy of the repository.
 
-The copy gets its own virtual environment (system site-packages visible, so nothing is downloaded but
-the build backend), and the README's command line runs there verbatim with that environment first on
-PATH: ``python3`` and ``whileai-pipeline`` are the copy's own. The second command, ``bash scripts/test``,
-is what CI runs from a fresh clone, so CI itself shows it.
+The README's command line runs verbatim in the copy, with ``python3`` on PATH being this interpreter:
+it makes the copy's own ``.venv`` and installs the package and its dependencies there. The second
+command, ``bash scripts/test``, is what CI runs from a fresh clone, so CI itself shows it.
 """
 
 import os
@@ -25,7 +24,10 @@ def _setup_commands():
 
 def test_readme_has_exactly_two_setup_commands():
     commands = _setup_commands()
-    assert commands == ["python3 -m pip install -e . && whileai-pipeline demo", "bash scripts/test"]
+    assert commands == [
+        "python3 -m venv .venv && . .venv/bin/activate && python3 -m pip install -e . && whileai-pipeline demo",
+        "bash scripts/test",
+    ]
     assert "bash scripts/test" in (REPO / ".ci" / "run").read_text()
 
 
@@ -39,10 +41,12 @@ def test_first_command_from_a_clean_copy(tmp_path):
             dest = copy / name
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(src.read_bytes())
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "WHILEAI_PIPELINE_HOME")}
-    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
+    bin_dir = tmp_path / "bin"  # ``python3`` is this interpreter; the command makes its own .venv from it
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DAGSTER_HOME", "WHILEAI_PIPELINE_HOME", "VIRTUAL_ENV", "PYTHONPATH")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     command = _setup_commands()[0]
     done = subprocess.run(["bash", "-c", command], cwd=copy, env=env, capture_output=True, text=True,
                           timeout=600)
@@ -52,3 +56,4 @@ def test_first_command_from_a_clean_copy(tmp_path):
         for fmt in ("openai", "trl"):
             assert (copy / "whileai_data" / "published" / "support_orders" / f"{kind}.{fmt}.jsonl").is_file()
     assert (copy / "whileai_data" / "dagster_home").is_dir()    # the embedded SQLite instance
+    assert (copy / ".venv" / "bin" / "whileai-pipeline").is_file()  # installed in the venv it made

@@ -76,6 +76,8 @@ def _run_key(path, name) -> str:
 
 def _load_config_file(path) -> dict:
     path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory, not a config file: pass a YAML or JSON file of options")
     if not path.is_file():
         raise UsageError(f"no such config file: {path}")
     try:
@@ -245,11 +247,13 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     path = _run_file(path)
     key = _run_key(path, name)
     options = _load_config_file(config_file) if config_file else {}
+    # Where a bad option came from: the file the user passed (the messages name only the option).
+    in_file = f" (in config file {config_file})" if config_file else ""
     try:
         run_config = flat_to_run_config(options)
         _import_callables(run_config)
     except (ConfigFileError, ValueError) as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"{exc}{in_file}") from None
 
     if not verbose:
         _quiet_dagster()
@@ -265,7 +269,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
         # execute_in_process runs on its own executor and takes any ``execution:`` block: check the rest
         dg.validate_run_config(job, {k: v for k, v in run_config.items() if k != "execution"})
     except dg.DagsterInvalidConfigError as exc:
-        raise UsageError(f"invalid config: {exc}") from None
+        raise UsageError(f"invalid config: {exc}{in_file}") from None
     if not verbose and out.isatty():
         _attach_progress_bars(out)
     capture = contextlib.nullcontext() if verbose else contextlib.redirect_stderr(io.StringIO())
@@ -287,7 +291,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
                     raise_on_error=False,
                 )
         except dg.DagsterInvalidConfigError as exc:
-            raise UsageError(f"invalid config: {exc}") from None
+            raise UsageError(f"invalid config: {exc}{in_file}") from None
         except Exception as exc:
             full = _disk_full(exc)
             if full is None:
@@ -380,6 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="whileai-pipeline",
         description="Turn simulated agent runs into gated SFT and DPO training files (Dagster, in process).",
     )
+    from whileai_pipeline import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p):
@@ -397,8 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     common(p_demo)
 
     p_reg = sub.add_parser("register", help="copy a run into the inbox and add its partition, without running")
-    p_reg.add_argument("path")
-    p_reg.add_argument("--name")
+    p_reg.add_argument("path", help="a JSONL run (a <name>.meta.json sidecar beside it is taken along)")
+    p_reg.add_argument("--name", help="partition name (default: the file name without .jsonl)")
     common(p_reg)
 
     p_val = sub.add_parser("validate", help="check a training file against its consumer's rules "

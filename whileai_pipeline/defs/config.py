@@ -262,7 +262,7 @@ def flat_to_run_config(options: dict, assets=None) -> dict:
         try:
             cls(**{k: _enum_value(cls, k, v) for k, v in values.items()})
         except Exception as exc:  # pydantic.ValidationError and our ValueErrors
-            raise ConfigFileError(f"bad value for {asset}: {exc}") from None
+            raise ConfigFileError(f"bad value for {asset}: {_describe(exc)}") from None
         ops[asset] = {"config": values}
     return {"ops": ops} if ops else {}
 
@@ -280,7 +280,32 @@ def _check_op_configs(ops):
         try:
             cls(**{k: _enum_value(cls, k, v) for k, v in values.items()})
         except Exception as exc:  # pydantic.ValidationError and our ValueErrors
-            raise ConfigFileError(f"bad value for {asset}: {exc}") from None
+            raise ConfigFileError(f"bad value for {asset}: {_describe(exc)}") from None
+
+
+def _describe(exc) -> str:
+    """``exc`` on one line, ``option: what is wrong (got value)`` per bad option, ``; `` between. A pydantic
+    ValidationError's own text names the config class and adds ``[type=...]`` and a pydantic.dev link,
+    which tell a user of the config file nothing."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return str(exc)
+    try:
+        items = errors(include_url=False)
+    except TypeError:
+        items = errors()
+    parts = []
+    for item in items:
+        where = ".".join(str(part) for part in item.get("loc", ())) or "value"
+        message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+        if message.startswith(f"{where} "):  # our validators already name the option
+            text = message
+        else:
+            text = f"{where}: {message}"
+        if "input" in item and not isinstance(item["input"], dict) and "got " not in message:
+            text += f" (got {item['input']!r})"
+        parts.append(text)
+    return "; ".join(parts) or str(exc)
 
 
 def _enum_value(cls, key, value):

@@ -1,0 +1,71 @@
+"""The errors a new user meets first say what was wrong, where, and what to do (fresh-machine review).
+
+Each case here printed less before: a config error without the file it came from, pydantic's raw dump
+(class names, ``[type=...]``, a pydantic.dev link), a config path that is a folder called "no such
+config file", ``--version`` answered with "the following arguments are required: command", and
+``register --help`` with no word on its arguments.
+"""
+
+import pytest
+
+from .conftest import SAMPLE
+
+pytestmark = pytest.mark.pipeline
+
+
+def _run(cli_module, capsys, *args):
+    code = cli_module.main(list(args))
+    return code, capsys.readouterr()
+
+
+@pytest.mark.parametrize("text, said", [
+    ("mask_mod: final\n", "unknown option(s) ['mask_mod']"),
+    ("max_pairs_per_prompt: 0\n", "max_pairs_per_prompt must be at least 1"),
+    ("min_margin: abc\n", "min_margin: Input should be a valid number"),
+    ("ops:\n  sft_export:\n    config:\n      mask_modes: final\n", 'unexpected config entry "mask_modes"'),
+])
+def test_a_config_error_names_the_config_file(tmp_path, monkeypatch, capsys, text, said):
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    config = tmp_path / "opts.yaml"
+    config.write_text(text)
+    code, out = _run(cli_module, capsys, "run", str(SAMPLE), "--config", str(config), "--home", str(tmp_path / "h"))
+    assert code == 2
+    assert out.err.startswith("whileai-pipeline: error: ")
+    assert said in out.err
+    assert f"config file {config}" in out.err           # where
+    assert "errors.pydantic.dev" not in out.err and "[type=" not in out.err
+    assert len(out.err.splitlines()) <= 3, out.err    # one short message, not a validation dump
+
+
+def test_a_config_path_that_is_a_folder_is_called_a_folder(tmp_path, monkeypatch, capsys):
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    code, out = _run(cli_module, capsys, "run", str(SAMPLE), "--config", str(tmp_path), "--home", str(tmp_path / "h"))
+    assert code == 2
+    assert "is a directory, not a config file" in out.err
+    assert "no such config file" not in out.err
+
+
+def test_version_is_answered(capsys):
+    from whileai_pipeline import __version__
+    from whileai_pipeline import cli as cli_module
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli_module.main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"whileai-pipeline {__version__}"
+
+
+def test_every_argument_of_every_subcommand_has_help():
+    import argparse
+
+    from whileai_pipeline.cli import build_parser
+
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in subparsers.choices.items():
+        for action in sub._actions:
+            assert action.help, f"whileai-pipeline {name}: {action.dest} has no help text"
