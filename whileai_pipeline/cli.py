@@ -198,7 +198,7 @@ def _export_lines(result, storage, key):
             lines.append(f"  {asset}: WARNING nothing new to publish; the files there are from an earlier "
                          f"materialization: {', '.join(md['kept_earlier'].value)}")
         if "removed" in md:
-            lines.append(f"  {asset}: removed the files of formats no longer exported: "
+            lines.append(f"  {asset}: removed the files of formats not published this time: "
                          f"{', '.join(md['removed'].value)}")
     for ev in result.get_asset_check_evaluations():
         if not ev.passed and ev.severity.value != "ERROR":
@@ -254,12 +254,16 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
         _import_callables(run_config)
     except (ConfigFileError, ValueError) as exc:
         raise UsageError(f"{exc}{in_file}") from None
+    home = _root_of(run_config, home)
 
     if not verbose:
         _quiet_dagster()
     import dagster as dg
 
-    from whileai_pipeline.definitions import defs
+    try:
+        from whileai_pipeline.definitions import defs
+    except ValueError as exc:  # a bad setting the definitions read, e.g. $WHILEAI_PIPELINE_CRON
+        raise UsageError(str(exc)) from None
 
     storage = _storage(home)
     if not verbose:
@@ -313,6 +317,22 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
         print(f"a gate blocked {names}: {'its' if len(blocked) == 1 else 'their'} published files were left "
               "untouched", file=out)
     return EXIT_FAILED
+
+
+def _root_of(run_config, home):
+    """The storage root of the run: ``--home``, else the run config's ``resources.storage.config.root``.
+    The steps read and write under the latter when it is set, so the run file is registered (and the run
+    locked) there too; a root given both ways that differs is bad usage."""
+    resources = run_config.get("resources")
+    storage = resources.get("storage") if isinstance(resources, dict) else None
+    config = storage.get("config") if isinstance(storage, dict) else None
+    root = config.get("root") if isinstance(config, dict) else None
+    if not root or not isinstance(root, str):  # a wrong type is Dagster's to report (exit 2)
+        return home
+    if home and Path(home).expanduser().resolve() != Path(root).expanduser().resolve():
+        raise UsageError(f"the config file sets resources.storage.config.root to {root} but --home is {home}: "
+                         "give the storage root one way")
+    return root
 
 
 def _disk_full(exc):

@@ -166,6 +166,25 @@ def test_a_re_export_and_a_new_version_keep_the_options_the_run_was_exported_wit
     assert new_version.run_config["ops"]["sft_export"]["config"]["mask_mode"] == "final"
 
 
+def test_a_run_exported_with_the_gates_off_is_re_exported_with_them_on(sqlite_instance, storage, tmp_path):
+    """``validate: false`` was stored with the other options, so one launchpad run that turned the
+    gates off turned them off for every scheduled re-export after it."""
+    from .conftest import Chain
+
+    chain = Chain(storage, sqlite_instance, tmp_path)
+    key = chain.register()
+    exports = ("sft_export", "dpo_export")
+    off = {"ops": {name: {"config": {"validate": False, "formats": ["openai"]}} for name in exports}}
+    result = chain.materialize(key, run_config=off)
+    assert result.success
+    for name in exports:
+        assert materialization(result, name)["config"].value["validate"] is False  # still on record
+    (request,) = _schedule(sqlite_instance, storage)
+    for name in exports:
+        config = request.run_config["ops"][name]["config"]
+        assert "validate" not in config and config["formats"] == ["openai"]  # the rest is carried
+
+
 def test_schedule_cron_comes_from_the_environment(tmp_path):
     import subprocess
     import sys

@@ -382,3 +382,35 @@ def test_an_ops_config_of_the_wrong_shape_is_bad_usage(home, tmp_path, monkeypat
     assert cli_module.main(["run", str(SAMPLE), "--config", str(config), "--home", str(home)]) == 2
     assert capsys.readouterr().err.startswith("whileai-pipeline: error: ")
     assert not (home / "inbox").exists() or not any((home / "inbox").iterdir())
+
+
+def test_a_storage_root_in_an_ops_config_is_where_the_run_is_registered(home, tmp_path, monkeypatch, capsys):
+    """deploying.md names ``resources.storage.config.root`` as one way to set the root. The CLI copied the
+    run into ``--home``/``$WHILEAI_PIPELINE_HOME`` while the steps read that root's inbox: they exported
+    another, older file found there and the command said it published the one given (exit 0)."""
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.setenv("WHILEAI_PIPELINE_HOME", str(home))
+    other = tmp_path / "other"
+    write_rows(other / "inbox" / "support_orders.jsonl", sample_rows()[:6])  # an older run of that name
+    config = tmp_path / "run_config.yaml"
+    config.write_text(f"ops: {{}}\nresources:\n  storage:\n    config:\n      root: {other}\n")
+    assert cli_module.main(["run", str(SAMPLE), "--config", str(config)]) == 0
+    published = other / "published" / "support_orders" / "sft.openai.jsonl"
+    assert len(published.read_bytes().splitlines()) == sum(1 for r in sample_rows() if r["reward"] >= 0.5)
+    assert (other / "inbox" / "support_orders.jsonl").read_bytes() == SAMPLE.read_bytes()
+    capsys.readouterr()
+
+    assert cli_module.main(["run", str(SAMPLE), "--config", str(config), "--home", str(home)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("whileai-pipeline: error: the config file sets resources.storage.config.root"), err
+
+
+def test_a_bad_cron_variable_is_bad_usage_naming_the_variable(home, tmp_path):
+    """It stopped every command with Dagster's traceback, which names the schedule, not the variable."""
+    proc = cli(["demo"], home, tmp_path, extra_env={"WHILEAI_PIPELINE_CRON": "every day"})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("whileai-pipeline: error: $WHILEAI_PIPELINE_CRON must be a cron expression"), \
+        proc.stderr
+    assert "Traceback" not in proc.stderr

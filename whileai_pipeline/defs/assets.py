@@ -13,6 +13,7 @@ import functools
 import hashlib
 import math
 import os
+import shutil
 
 import dagster as dg
 
@@ -26,9 +27,10 @@ from whileai_pipeline.core.runs import read_sidecar_file
 from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callable, passing_rows_file, resolve_scorer,
                                            score_file, score_stats_of_file)
 
-from .config import FORMATS, DpoExportConfig, as_run_config, OnBadLine, PairsConfig, RawConfig, ScoreConfig, SftExportConfig
+from .config import (FORMATS, ConfigFileError, DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreConfig,
+                     SftExportConfig, as_run_config, check_run_config)
 from .partitions import simulation_runs
-from .publishing import discard, failed_gates, publish, reject, rejected_dir_name, remove_other_formats
+from .publishing import GATES, discard, failed_gates, publish, reject, rejected_dir_name, remove_other_formats
 from .resources import ENV_SETTLE, PartitionLockedError, PipelineStorage, copy_atomic, fingerprint, meta_path_for
 from .summaries import RawStats, dpo_numbers, export_summary_markdown, raw_facts, real, sft_numbers
 
@@ -52,6 +54,14 @@ def _one_process_per_run(body):
 
     @functools.wraps(body)  # Dagster reads the wrapped signature for config and resources
     def locked(context, config, storage):
+        # Every asset's options of the run, before this step changes a file (the CLI checks them before it
+        # starts): Dagster checks only their types, and `min_margin: -1` failed its own step after the
+        # steps before it had replaced their stages and published an SFT export.
+        try:
+            check_run_config(context.run.run_config)
+        except ConfigFileError as exc:
+            raise dg.Failure(description=f"{exc}. Nothing was changed by this step: fix the run config "
+                             "and launch the run again.") from None
         try:
             with storage.partition_lock(context.partition_key, on_wait=context.log.info):
                 return body(context, config, storage)
@@ -399,6 +409,33 @@ def _reward_pictures(stats):
     }
 
 
+def _candidate_dir(context, storage):
+    """This run's candidate folder, once the folders of killed runs are gone: each holds a whole export,
+    and under the partition lock no other export of this run is writing one."""
+    cand_dir = storage.candidate_dir(context.partition_key, context.run.run_id)
+    shutil.rmtree(cand_dir.parent, ignore_errors=True)
+    return cand_dir
+
+
+def _gates_run_after(context) -> bool:
+    """Whether this run executes the export's blocking gate checks. A run can leave them out (a selection
+    ``without_checks()``, ``materialize`` given the assets alone, the export step re-executed alone), and
+    then nothing would fail it when the gates refuse the export. It reads Dagster's run plan (1.13, pinned);
+    when that cannot be read, the checks are taken as absent: the step fails, which is the safe side."""
+    try:
+        layer = context.job_def.asset_layer
+        checks = [dg.AssetCheckKey(context.asset_key, gate) for gate in GATES]
+        if not set(checks) <= set(layer.asset_graph.asset_check_keys):
+            return False
+        selected = context.run.asset_check_selection
+        if selected is not None and not set(checks) <= set(selected):
+            return False
+        steps = context.run.step_keys_to_execute
+        return steps is None or all(str(layer.get_op_output_handle(c).node_handle) in steps for c in checks)
+    except Exception:  # noqa: BLE001 - a Dagster internal that moved; failing the refused export is safe
+        return False
+
+
 def _finish_export(context, storage, kind, formats, candidates, reports, config, cand_dir, pictures):
     """Decide from the reports, publish or reject, and describe it all as metadata."""
     key = context.partition_key
@@ -415,8 +452,10 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
             destinations = {fmt: storage.published_path(key, kind, fmt) for fmt in formats}
             outcomes = publish(candidates, reports, destinations)
             if any(o["path"] for o in outcomes.values()):
+                # formats not written, or written without a row: their earlier files would sit beside
+                # this export's, from another input or config
                 removed = remove_other_formats({fmt: storage.published_path(key, kind, fmt)
-                                                for fmt in FORMATS if fmt not in formats})
+                                                for fmt in FORMATS if not outcomes.get(fmt, {}).get("path")})
     finally:
         discard(cand_dir)
 
@@ -424,8 +463,8 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
         status = "rejected"
     elif not any(o["path"] for o in outcomes.values()):
         status = "nothing to publish"
-    elif all(o["unchanged"] for o in outcomes.values() if o["path"]):
-        status = "unchanged"
+    elif all(o["unchanged"] for o in outcomes.values() if o["path"]) and not removed:
+        status = "unchanged"  # a removed file is a change to what published/<run>/ holds
     else:
         status = "published"
 
@@ -480,8 +519,15 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
             f"{kind} export for {key!r} has no {'rows' if kind == 'sft' else 'pairs'} to publish; "
             + (f"the earlier published files are kept: {', '.join(kept)}" if kept else "nothing is published"))
     if removed:
-        context.log.info(f"{kind} export for {key!r}: removed files of formats no longer exported: {removed}")
+        context.log.info(f"{kind} export for {key!r}: removed the files of formats it did not publish: {removed}")
     metadata["config"] = dg.MetadataValue.json(as_run_config(config))  # what a re-export runs with
+    if blocked and not _gates_run_after(context):
+        raise dg.Failure(
+            description=f"{kind} export for {key!r} refused by its gates ({failed}); this run does not execute "
+            "the gate checks, which would fail it, so the export step fails instead. The published files are "
+            f"unchanged; the candidate and its reports are under {rejected_dir}. Materialize the export with its "
+            "checks (the default selection) to record the refusal as a materialization and check results.",
+            metadata={name: metadata[name] for name in ("status", "gates", "rejected_path", "summary")})
     return dg.MaterializeResult(metadata=metadata)
 
 
@@ -510,7 +556,7 @@ def sft_export(
         source = scored
         carried = None
     formats = list(config.formats)
-    cand_dir = storage.candidate_dir(key, context.run.run_id)
+    cand_dir = _candidate_dir(context, storage)
     candidates = {fmt: cand_dir / f"sft.{fmt}.jsonl" for fmt in formats}
     try:
         # Every format from one read: each row is parsed, converted and leak-checked once.
@@ -549,7 +595,7 @@ def dpo_export(
     pairs_path = storage.stage_path(key, STAGE_PAIRS)
     _require_stage(pairs_path, "preference_pairs")
     formats = list(config.formats)
-    cand_dir = storage.candidate_dir(key, context.run.run_id)
+    cand_dir = _candidate_dir(context, storage)
     candidates = {fmt: cand_dir / f"dpo.{fmt}.jsonl" for fmt in formats}
     try:
         # Every format from one read. A path source: the pairs stream from the stage file, the system

@@ -15,6 +15,7 @@ import time
 
 import dagster as dg
 import orjson
+from dagster._utils.schedules import is_valid_cron_string  # the rule ScheduleDefinition applies (Dagster pinned)
 
 from .assets import ASSET_NAMES, ASSETS, STAGE_PAIRS, STAGE_SCORED, dpo_export, raw_simulation_data, sft_export
 from .config import stored_config
@@ -38,6 +39,16 @@ reexport_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(sft_export, dpo_export),
     description="Re-export one run from its stage files (scored rows, pairs), with the gates.",
 )
+
+
+def cron_schedule() -> str:
+    """``$WHILEAI_PIPELINE_CRON`` or the default. A bad value is refused naming the variable: Dagster's own
+    error names only the schedule, and it stops the code location and every CLI command that loads it."""
+    cron = os.environ.get(ENV_CRON) or DEFAULT_CRON
+    if not is_valid_cron_string(cron):
+        raise ValueError(f"${ENV_CRON} must be a cron expression of five fields, e.g. {DEFAULT_CRON!r} (daily at "
+                         f"03:00 UTC), got {cron!r}")
+    return cron
 
 
 def _signature(path):
@@ -171,7 +182,7 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
 
 
 @dg.schedule(
-    cron_schedule=os.environ.get(ENV_CRON) or DEFAULT_CRON,
+    cron_schedule=cron_schedule(),
     job=reexport_job,
     execution_timezone="UTC",
     default_status=dg.DefaultScheduleStatus.RUNNING,

@@ -214,14 +214,20 @@ def as_run_config(config: dg.Config) -> dict:
     return out
 
 
+NOT_CARRIED = ("validate",)  # a run that turned the gates off does so for itself only
+
+
 def stored_config(asset_name: str, values) -> Optional[dict]:
     """``values`` (an ``as_run_config`` dict read back from metadata) as the asset's run config today:
-    options the asset no longer has are dropped, and a set that fails today's checks gives None."""
+    options the asset no longer has are dropped, and a set that fails today's checks gives None.
+
+    ``validate`` is not carried: one launchpad run with ``validate: false`` (to look at a refused
+    candidate) would otherwise turn the gates off for every later scheduled re-export and new version."""
     cls = CONFIG_CLASSES.get(asset_name)
     if cls is None or not isinstance(values, dict):
         return None
     known = {field.alias or name for name, field in cls.model_fields.items()}
-    values = {k: v for k, v in values.items() if k in known}
+    values = {k: v for k, v in values.items() if k in known and k not in NOT_CARRIED}
     try:
         _check_op_configs({asset_name: {"config": values}})
     except ConfigFileError:
@@ -265,6 +271,12 @@ def flat_to_run_config(options: dict, assets=None) -> dict:
             raise ConfigFileError(f"bad value for {asset}: {_describe(exc)}") from None
         ops[asset] = {"config": values}
     return {"ops": ops} if ops else {}
+
+
+def check_run_config(run_config) -> None:
+    """A Dagster run config's option values, checked as ``flat_to_run_config`` checks a file's
+    (ConfigFileError): what the launchpad, a schedule or ``dagster asset materialize -c`` launched."""
+    _check_op_configs((run_config or {}).get("ops") if isinstance(run_config, dict) else None)
 
 
 def _check_op_configs(ops):

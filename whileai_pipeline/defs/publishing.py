@@ -5,11 +5,12 @@ gets the full report, then:
 
 * ``gate_results`` reads the two gates out of each report (``tool_call_roundtrip.invalid`` and
   ``privileged_leaks.n_leaked``);
-* when no gate failed, or ``validate`` is off, ``publish`` renames every candidate into
-  ``published/<run>/`` (same filesystem, so each file appears atomically) and writes its report
-  beside it. A candidate with no rows is not published: an empty training file is no export (OpenAI
-  and TRL both refuse it), so the earlier files of that kind stay, and the metadata says so. Once a
-  kind is published, its files in formats this export no longer writes are removed (``remove_other_formats``);
+* when no gate failed, or ``validate`` is off, ``publish`` writes every report beside its candidate,
+  then renames the candidates and reports into ``published/<run>/`` (same filesystem, so each file
+  appears atomically). A candidate with no rows is not published: an empty training file is no export
+  (OpenAI and TRL both refuse it), so when no format has a row the earlier files of that kind stay, and
+  the metadata says so. Once a kind is published, its files in the formats this export did not publish
+  are removed (``remove_other_formats``);
 * otherwise ``reject`` moves the candidates and their reports under ``rejected/<run>/<time>-<id>-<kind>/``
   with a ``gates.json`` saying why, and the published files are not touched.
 
@@ -21,6 +22,7 @@ exported, gated and published apart: each file's report names its source and SHA
 import datetime
 import os
 import shutil
+import stat
 from pathlib import Path
 
 from whileai_pipeline.core.jsonl import fsync_dir, sha256_file, write_json
@@ -79,8 +81,13 @@ def publish(candidates: dict, reports: dict, destinations: dict) -> dict:
     ``outcome`` has ``path`` (None when nothing is published: the library wrote no file, e.g. no
     preference pairs, or a file without rows), ``sha256`` and ``unchanged`` (True when the published
     bytes were already identical, in which case the file is left alone).
+
+    Everything that can fail (hashing, writing each report beside its candidate) is done before the
+    first rename, and the renames then follow one another: a full disk or a failed write leaves every
+    format's published file and report as they were, never a new ``sft.openai.jsonl`` beside an old
+    ``sft.trl.jsonl`` or an old report. A replaced file keeps its mode (a trainer's read access).
     """
-    outcomes = {}
+    outcomes, moves = {}, []
     for fmt, candidate in candidates.items():
         report, dest = reports[fmt], destinations[fmt]
         if not (_written(report, candidate) and has_rows(report)):
@@ -89,14 +96,28 @@ def publish(candidates: dict, reports: dict, destinations: dict) -> dict:
         sha = report.get("sha256") or sha256_file(candidate)  # the exporter hashed what it wrote
         dest.parent.mkdir(parents=True, exist_ok=True)
         unchanged = dest.is_file() and dest.stat().st_size == candidate.stat().st_size and sha256_file(dest) == sha
-        if unchanged:
-            candidate.unlink()
-        else:
-            os.replace(candidate, dest)
-            fsync_dir(dest.parent)
-        write_json(report_file(dest), report_for_file(report, dest))
+        staged_report = report_file(candidate)  # beside the candidate: the same filesystem as dest
+        write_json(staged_report, report_for_file(report, dest))
+        if not unchanged:
+            moves.append((candidate, dest))
+        moves.append((staged_report, report_file(dest)))
         outcomes[fmt] = {"path": str(dest), "sha256": sha, "unchanged": unchanged}
+    for staged, dest in moves:
+        _keep_mode(staged, dest)
+    for staged, dest in moves:
+        os.replace(staged, dest)
+    for directory in {dest.parent for _, dest in moves}:
+        fsync_dir(directory)
     return outcomes
+
+
+def _keep_mode(staged: Path, dest: Path) -> None:
+    """Give ``staged`` the mode of the file it will replace (a candidate is made with the umask's)."""
+    try:
+        mode = stat.S_IMODE(dest.stat().st_mode)
+    except FileNotFoundError:
+        return
+    os.chmod(staged, mode)
 
 
 def remove_other_formats(published: dict) -> list:

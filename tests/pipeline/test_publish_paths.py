@@ -1,0 +1,192 @@
+"""Publishing under the paths a demanding user takes: a write that fails half-way, a killed run, a
+format with no row, a run that leaves the gate checks out, a trainer that reads as another user."""
+
+import errno
+import os
+import signal
+import stat
+import subprocess
+import sys
+
+import dagster as dg
+import orjson
+import pytest
+
+from whileai_pipeline.defs import publishing
+from whileai_pipeline.defs.assets import ASSETS, sft_export
+from whileai_pipeline.definitions import defs
+from whileai_pipeline.defs.partitions import PARTITIONS_NAME, simulation_runs
+
+from .conftest import leaking_rows, materialization, sample_rows, tree_bytes
+
+pytestmark = pytest.mark.pipeline
+SFT_CHAIN = dg.AssetSelection.assets("raw_simulation_data", "scored_simulation_data", "sft_export")
+
+
+@dg.asset(partitions_def=simulation_runs, deps=[sft_export])
+def downstream_trainer() -> None:
+    """Stands in for a training job that reads the SFT export."""
+
+
+def _new_version(rows=None):
+    """The sample with every final reply changed: both formats of both exports get new bytes."""
+    rows = rows or sample_rows()
+    for row in rows:
+        row["final_text"] += " (v2)"
+        row["messages"][-1]["content"] += " (v2)"
+    return rows
+
+
+def _started(result):
+    return {e.step_key for e in result.all_events if e.event_type_value == "STEP_START"}
+
+
+@pytest.fixture
+def published(chain):
+    key = chain.register()
+    assert chain.materialize(key).success
+    return chain, key, tree_bytes(chain.storage.published_dir(key))
+
+
+def test_a_write_that_fails_while_publishing_leaves_every_format_as_it_was(published, monkeypatch):
+    """A full disk while the first report was written left the new sft.openai.jsonl beside the old
+    sft.trl.jsonl, and beside its own old report (another sha256): not all-or-nothing."""
+    chain, key, before = published
+    chain.register(_new_version())
+    real = publishing.write_json
+
+    def disk_full_once(path, value, **kwargs):
+        monkeypatch.setattr(publishing, "write_json", real)
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(publishing, "write_json", disk_full_once)
+    result = chain.materialize(key, selection=SFT_CHAIN)
+    assert not result.success
+    assert tree_bytes(chain.storage.published_dir(key)) == before
+
+
+def test_a_re_export_keeps_the_mode_of_the_files_it_replaces(published):
+    """The docs promise it (a trainer running as another user reads published/): the data file got the
+    candidate's umask mode while its report kept the old one."""
+    chain, key, _ = published
+    data = chain.storage.published_path(key, "sft", "openai")
+    report = publishing.report_file(data)
+    for path in (data, report):
+        os.chmod(path, 0o640)
+    chain.register(_new_version())
+    result = chain.materialize(key, selection=SFT_CHAIN)
+    assert materialization(result, "sft_export")["status"].value == "published"
+    assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in (data, report)} == {
+        data.name: "0o640", report.name: "0o640"}
+
+
+KILL_AT_PUBLISH = """
+import os, signal, sys
+import dagster as dg
+import whileai_pipeline.defs.assets as assets
+from whileai_pipeline.defs.checks import CHECKS
+from whileai_pipeline.defs.resources import PipelineStorage
+assets.publish = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)  # the OOM killer, say
+with dg.DagsterInstance.ephemeral() as instance:
+    instance.add_dynamic_partitions("simulation_runs", [sys.argv[2]])
+    dg.materialize([*assets.ASSETS, *CHECKS], instance=instance, partition_key=sys.argv[2],
+                   resources={"storage": PipelineStorage(root=sys.argv[1])})
+"""
+
+
+def test_the_candidates_of_a_killed_export_are_removed_by_the_next_one(chain):
+    """Each killed export left a whole copy of the training files under stages/<run>/candidates/
+    for good (the folder is documented as short-lived)."""
+    key = chain.register()
+    killed = subprocess.run([sys.executable, "-c", KILL_AT_PUBLISH, str(chain.storage.base), key],
+                            capture_output=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    candidates = chain.storage.stage_dir(key) / "candidates"
+    assert any(candidates.rglob("sft.*.jsonl"))  # what the killed run left
+
+    assert chain.materialize(key).success
+    assert not candidates.exists() or list(candidates.rglob("*")) == []
+
+
+def test_a_format_left_with_no_row_does_not_keep_an_earlier_input_beside_the_new_one(chain):
+    """mask_mode=final drops TRL rows with no assistant reply: a version whose passing rows have none
+    published sft.openai.jsonl from it and kept sft.trl.jsonl from the version before, status
+    "published", with nothing in the metadata saying so."""
+    config = {"ops": {"sft_export": {"config": {"mask_mode": "final"}}}}
+    key = chain.register()
+    assert chain.materialize(key, run_config=config, selection=SFT_CHAIN).success
+    chain.register([{"prompt": f"q{i}", "scenario_id": f"s{i}", "reward": 1.0,
+                     "messages": [{"role": "user", "content": f"q{i}"}]} for i in range(3)], meta=False)
+    result = chain.materialize(key, run_config=config, selection=SFT_CHAIN)
+    md = materialization(result, "sft_export")
+    assert (md["openai/rows_written"].value, md["trl/rows_written"].value) == (3, 0)
+    sources = {}
+    for fmt in ("openai", "trl"):
+        report = publishing.report_file(chain.storage.published_path(key, "sft", fmt))
+        if report.is_file():
+            sources[fmt] = orjson.loads(report.read_bytes())["source_sha256"]
+    assert len(set(sources.values())) == 1, sources  # one input for every sft file there
+    assert str(chain.storage.published_path(key, "sft", "trl")) in md["removed"].value
+
+
+def test_an_export_that_removes_a_format_is_not_unchanged(published):
+    """Dropping trl from the formats removed sft.trl.jsonl, and the status said "unchanged"."""
+    chain, key, _ = published
+    result = chain.materialize(key, run_config={"ops": {"sft_export": {"config": {"formats": ["openai"]}}}},
+                               selection=dg.AssetSelection.assets("sft_export"))
+    md = materialization(result, "sft_export")
+    assert md["removed"].value
+    assert md["status"].value == "published"
+
+
+def test_a_run_without_the_gate_checks_fails_when_the_gates_refuse(published):
+    """A selection without the checks (or ``materialize`` given the assets alone) ran a refused export
+    green, and an asset downstream of it ran on."""
+    chain, key, before = published
+    rows, _ = leaking_rows()
+    chain.register(rows)
+    result = dg.materialize([*ASSETS, downstream_trainer], instance=chain.instance, partition_key=key,
+                            resources={"storage": chain.storage}, raise_on_error=False)
+    assert not result.success
+    assert "downstream_trainer" not in _started(result)
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE" and e.step_key == "sft_export")
+    assert "refused by its gates" in failure.event_specific_data.error.message
+    assert tree_bytes(chain.storage.published_dir(key)) == before
+
+
+def _chain_job():
+    return defs.resolve_job_def("simulation_chain")
+
+
+def test_re_executing_the_export_step_alone_fails_when_the_gates_refuse(published, sqlite_instance, monkeypatch):
+    """The UI's "re-execute selected step" on sft_export runs it without its checks: the run was green."""
+    chain, key, before = published
+    monkeypatch.setenv("WHILEAI_PIPELINE_HOME", str(chain.storage.base))
+    sqlite_instance.add_dynamic_partitions(PARTITIONS_NAME, [key])
+    rows, _ = leaking_rows()
+    chain.register(rows)
+    job = dg.reconstructable(_chain_job)
+    tags = {"dagster/partition": key}
+    parent = dg.execute_job(job, sqlite_instance, tags=tags)
+    assert not parent.success  # the gate checks fail it
+    again = dg.execute_job(job, sqlite_instance, tags=tags,
+                           reexecution_options=dg.ReexecutionOptions(parent.run_id, step_selection=["sft_export"]))
+    assert _started(again) == {"sft_export"}
+    assert not again.success
+    assert tree_bytes(chain.storage.published_dir(key)) == before
+
+
+def test_a_bad_option_value_in_a_dagster_run_config_fails_before_anything_changes(published):
+    """The CLI refuses ``min_margin: -1`` before it starts (exit 2); launched from the launchpad or
+    ``dagster asset materialize -c``, it failed only preference_pairs, after raw and scored had replaced
+    their stages and sft_export had published the new version."""
+    chain, key, before = published
+    stages = tree_bytes(chain.storage.stage_dir(key))
+    chain.register(_new_version())
+    result = chain.materialize(key, run_config={"ops": {"preference_pairs": {"config": {"min_margin": -1.0}}}})
+    assert not result.success
+    assert _started(result) == {"raw_simulation_data"}
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "bad value for preference_pairs" in failure.event_specific_data.error.message
+    assert tree_bytes(chain.storage.stage_dir(key)) == stages
+    assert tree_bytes(chain.storage.published_dir(key)) == before
