@@ -118,7 +118,8 @@ def _fits_in_a_row(value, text) -> bool:
     """Whether orjson writes ``value`` at the depth a TRL row holds its arguments. A Fragment hides its
     depth: a text orjson could not write decoded there would be written where ``dumps`` of the decoded
     row falls back to Python's json (other float spellings: ``1e-07``)."""
-    if text.count("{") + text.count("[") < 255 - _LEVELS_ABOVE_ARGUMENTS:
+    limit = 255 - _LEVELS_ABOVE_ARGUMENTS
+    if len(text) < limit or text.count("{") + text.count("[") < limit:  # a short text cannot nest that deep
         return True
     for _ in range(_LEVELS_ABOVE_ARGUMENTS):
         value = [value]
