@@ -467,7 +467,10 @@ def d8_scrub_blocked_keys(rows: list) -> list:
     metadata (lineage, reason, faults, history, pair fields, ...). The conversation (messages /
     prompt / completion / chosen / rejected) is never edited; ``tools`` is the tool schema the
     caller passed, not row metadata, and is left alone too (see the open question in the report)."""
-    return [{k: (v if k in CONVERSATION_KEYS else scrub(v)) for k, v in r.items()} for r in rows]
+    # ``prompt`` is the conversation only in TRL rows (a message list); in openai rows it is the carried
+    # raw prompt (SFT) or the pair's prompt field (preference), metadata like any other.
+    return [{k: (v if k in CONVERSATION_KEYS and (k != "prompt" or isinstance(v, list)) else scrub(v))
+             for k, v in r.items()} for r in rows]
 
 
 def compact_json(x) -> str:

@@ -302,3 +302,34 @@ def test_e54_relative_output_path_normalised(tmp_path, monkeypatch):
     assert rep["path"] == "rel.jsonl"
     assert (tmp_path / "rel.jsonl").is_file()
     assert Path(rep["path"]).name == "rel.jsonl"
+
+
+def test_e51_unicode_whitespace_lines_are_blank_and_surrounding_unicode_whitespace_is_stripped(tmp_path):
+    """Spec 5.8: the reference reads the file in text mode, strips each line (``str.strip``: Unicode
+    whitespace too) and skips the lines left empty (E51: blank lines skipped; DECISIONS 7 keeps that).
+    whileai 0.105 reads all of these; ours raised ``bad_jsonl`` on the first one."""
+    row = b'{"prompt": "p", "steps": [{"text": "a"}], "scenario_id": "s%d"}'
+    src = tmp_path / "ws.jsonl"
+    src.write_bytes(
+        (row % 1) + "\u00a0".encode() + b"\n"  # trailing NO-BREAK SPACE
+        + "\u3000".encode() + b"\n"  # a line of IDEOGRAPHIC SPACE only
+        + "\u2028".encode() + (row % 2) + b"\n"  # leading LINE SEPARATOR
+        + "\x85".encode() + b"\n"  # a line of NEXT LINE only
+        + b"\x1c" + (row % 3) + b"\x1f\n"  # ASCII file/unit separators (str.isspace() is true for them)
+    )
+    assert [r["scenario_id"] for r in wai.read_jsonl(src)] == ["s1", "s2", "s3"]
+    assert len(wai.training_rows(str(src))) == 3
+
+
+def test_e51_carriage_return_line_endings_are_refused_saying_so(tmp_path):
+    """Spec 5.8: the reference reads in text mode (universal newlines), so a file whose lines end in a
+    bare CR (old Mac line endings) is three rows there. JSON Lines ends a line with LF (CRLF is read
+    too); a raw CR is JSON whitespace, legal inside a row. Ours refuses such a file, and says why and how
+    to convert it, instead of a bare "trailing characters" (a deliberate divergence: API_CONTRACT.md)."""
+    row = b'{"prompt": "p", "steps": [{"text": "a"}], "scenario_id": "s%d"}'
+    src = tmp_path / "cr.jsonl"
+    src.write_bytes((row % 1) + b"\r" + (row % 2) + b"\r" + (row % 3) + b"\r")
+    with pytest.raises(wai.BadJsonlError) as info:
+        wai.read_jsonl(src).__next__()
+    assert str(info.value).startswith(f"bad_jsonl: {src}:1: ")
+    assert "bare CR" in str(info.value) and "tr '\\r' '\\n'" in str(info.value)

@@ -203,7 +203,10 @@ def parse_line(path, lineno, line, *, starts_file=None):
     try:
         value = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
-        value = lenient_loads_line(line)
+        stripped = _unicode_stripped(line)
+        if stripped is not None and not stripped:
+            return _BLANK  # only Unicode whitespace (U+3000, U+00A0, U+0085, ...): blank, as str.strip() sees it
+        value = lenient_loads_line(line if stripped is None else stripped)
         if value is _BLANK:
             raise BadJsonlError(path, lineno, _reason(exc, line)) from None
         return value
@@ -211,6 +214,17 @@ def parse_line(path, lineno, line, *, starts_file=None):
         return exact_numbers(line, value)
     except RecursionError:
         raise BadJsonlError(path, lineno, TOO_DEEP_TO_READ_EXACTLY) from None
+
+
+def _unicode_stripped(line):
+    """``line`` with surrounding whitespace removed as Python's ``str.strip`` does (spec 5.8: the
+    reference strips each line of its text-mode read, so Unicode whitespace such as U+00A0, U+3000,
+    U+0085 or U+2028 around the JSON is dropped too, and a line of only that is blank); ``None`` when
+    the line is not UTF-8 (its error is reported as it stands)."""
+    try:
+        return line.decode("utf-8").strip().encode("utf-8")
+    except UnicodeError:
+        return None
 
 
 def lenient_loads_line(line):
@@ -364,6 +378,9 @@ def _reason(exc, line):
     msg = str(exc)
     if len(line) > 200:
         msg += f" (line is {len(line)} bytes)"
+    if b"\r" in line.rstrip(b"\r\n"):
+        msg += ("; the line holds a bare CR (old Mac line endings?): JSONL lines end with LF, convert the file "
+                "with tr '\\r' '\\n' < in.jsonl > out.jsonl")
     return msg
 
 

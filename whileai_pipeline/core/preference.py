@@ -32,8 +32,13 @@ PAIR_KEYS = (
 
 
 def _pair_source(pairs, system_prompt, tools):
-    """Pairs from a list, an iterator (read once) or a JSONL path; system and tools as for rows."""
-    return resolve_source(pairs, system_prompt, tools)
+    """Pairs from a list, an iterator (read once) or a JSONL path; system and tools as for rows,
+    except that a falsy ``system_prompt`` (``False``, ``0``, ``[]``) means no system message: the
+    preference exporter takes ``text(system_prompt or "")`` (spec 7.3 step 3), where ``training_rows``
+    writes the text of any value but ``None`` (spec 3.2)."""
+    if system_prompt is not None and not system_prompt:
+        system_prompt = ""
+    return resolve_source(pairs, system_prompt, tools, lists_are_rows=True)
 
 
 class _PairPlan:
@@ -78,7 +83,7 @@ def _pair_outcomes(item, plans):
     base = plans[0]
     if base.drop_ties and item.get("tie"):
         return [_TIE] * len(plans)
-    entry = {"prompt": item.get("prompt")}
+    entry = {"prompt": scrub(item.get("prompt"))}  # a pair field like the rest (DECISIONS 8); TRL replaces it
     rebuilt = {}  # each side's conversation, built once for the wire rows and the leak checks
     objects = ObjectTexts() if base.json_rows and any(plan.trl for plan in plans) else None
     for side in ("chosen", "rejected"):

@@ -140,13 +140,16 @@ class Source:
         return self.hashed.sha256.hexdigest()
 
 
-def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True) -> Source:
-    """Rows, system prompt and tools of any source; explicit arguments always win (DECISIONS 6)."""
+def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True, lists_are_rows=False) -> Source:
+    """Rows, system prompt and tools of any source; explicit arguments always win (DECISIONS 6).
+
+    Anything with a ``trajectories`` attribute is a run, a list subclass too (spec 2.3, 3.2); only
+    ``lists_are_rows`` (preference pairs, which the spec iterates as given: 7.1) keeps a list's items."""
     found_system = found_tools = None
     system_from = tools_from = "none"
     path = None
     hashed = None
-    if hasattr(source, "trajectories") and not isinstance(source, (list, tuple)):
+    if hasattr(source, "trajectories") and not (lists_are_rows and isinstance(source, (list, tuple))):
         rows = source.trajectories
         profile = getattr(source, "profile", None)
         origin = getattr(profile, "source", "profile")
