@@ -136,6 +136,18 @@ def chain(storage, instance, tmp_path):
     return Chain(storage, instance, tmp_path)
 
 
+@pytest.fixture
+def published(chain):
+    """A partition with a good export already published; returns (chain, key, published bytes)."""
+    key = chain.register()
+    assert chain.materialize(key).success
+    return chain, key, tree_bytes(chain.storage.published_dir(key))
+
+
+def executed_steps(result):
+    return {e.step_key for e in result.all_events if e.event_type_value == "STEP_START"}
+
+
 def _change_each_copied(monkeypatch, suffix, change):
     """Every file copy (``shutil.copyfileobj``) of a file whose name ends with ``suffix`` calls
     ``change(path)`` on its source as the copy ends."""

@@ -11,8 +11,8 @@ from whileai_pipeline.defs.assets import ASSETS, sft_export
 from whileai_pipeline.defs.checks import CHECKS
 from whileai_pipeline.defs.partitions import simulation_runs
 
-from .conftest import (bad_arguments_rows, check_results, export_config, leaking_rows, materialization, read_rows,
-                       sample_rows, tree_bytes, unprivileged_rows)
+from .conftest import (bad_arguments_rows, check_results, executed_steps, export_config, leaking_rows, materialization,
+                       read_rows, sample_rows, tree_bytes, unprivileged_rows)
 
 pytestmark = pytest.mark.pipeline
 ERROR, WARN = dg.AssetCheckSeverity.ERROR, dg.AssetCheckSeverity.WARN
@@ -25,18 +25,6 @@ def downstream_trainer() -> None:
 
 def _failed_steps(result):
     return {e.step_key for e in result.all_events if e.event_type_value == "STEP_FAILURE"}
-
-
-def _executed_steps(result):
-    return {e.step_key for e in result.all_events if e.event_type_value == "STEP_START"}
-
-
-@pytest.fixture
-def published(chain):
-    """A partition with a good export already published; returns (chain, key, published bytes)."""
-    key = chain.register()
-    assert chain.materialize(key).success
-    return chain, key, tree_bytes(chain.storage.published_dir(key))
 
 
 def _rejected_dirs(chain, key):
@@ -117,13 +105,13 @@ def test_failed_blocking_check_stops_downstream(published):
 
     result = run()
     assert not result.success
-    assert "downstream_trainer" not in _executed_steps(result)
+    assert "downstream_trainer" not in executed_steps(result)
     assert not [e for e in result.get_asset_materialization_events()
                 if e.asset_key.to_user_string() == "downstream_trainer"]
     # with clean data the same downstream asset runs
     chain.register()
     ok = run()
-    assert ok.success and "downstream_trainer" in _executed_steps(ok)
+    assert ok.success and "downstream_trainer" in executed_steps(ok)
 
 
 def test_reexport_never_picks_up_a_rejected_candidate(published):
@@ -198,7 +186,7 @@ def test_bad_line_fails_raw_with_file_and_line(chain):
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert failure.step_key == "raw_simulation_data"
     assert f"bad_jsonl: {path}:4:" in failure.event_specific_data.error.message
-    assert "scored_simulation_data" not in _executed_steps(result)
+    assert "scored_simulation_data" not in executed_steps(result)
 
 
 def test_bad_line_quarantined_when_configured(chain):

@@ -17,7 +17,7 @@ from whileai_pipeline.defs.assets import ASSETS, sft_export
 from whileai_pipeline.definitions import defs
 from whileai_pipeline.defs.partitions import PARTITIONS_NAME, simulation_runs
 
-from .conftest import leaking_rows, materialization, sample_rows, tree_bytes
+from .conftest import executed_steps, leaking_rows, materialization, sample_rows, tree_bytes
 
 pytestmark = pytest.mark.pipeline
 SFT_CHAIN = dg.AssetSelection.assets("raw_simulation_data", "scored_simulation_data", "sft_export")
@@ -35,17 +35,6 @@ def _new_version(rows=None):
         row["final_text"] += " (v2)"
         row["messages"][-1]["content"] += " (v2)"
     return rows
-
-
-def _started(result):
-    return {e.step_key for e in result.all_events if e.event_type_value == "STEP_START"}
-
-
-@pytest.fixture
-def published(chain):
-    key = chain.register()
-    assert chain.materialize(key).success
-    return chain, key, tree_bytes(chain.storage.published_dir(key))
 
 
 def test_a_write_that_fails_while_publishing_leaves_every_format_as_it_was(published, monkeypatch):
@@ -148,7 +137,7 @@ def test_a_run_without_the_gate_checks_fails_when_the_gates_refuse(published):
     result = dg.materialize([*ASSETS, downstream_trainer], instance=chain.instance, partition_key=key,
                             resources={"storage": chain.storage}, raise_on_error=False)
     assert not result.success
-    assert "downstream_trainer" not in _started(result)
+    assert "downstream_trainer" not in executed_steps(result)
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE" and e.step_key == "sft_export")
     assert "refused by its gates" in failure.event_specific_data.error.message
     assert tree_bytes(chain.storage.published_dir(key)) == before
@@ -171,7 +160,7 @@ def test_re_executing_the_export_step_alone_fails_when_the_gates_refuse(publishe
     assert not parent.success  # the gate checks fail it
     again = dg.execute_job(job, sqlite_instance, tags=tags,
                            reexecution_options=dg.ReexecutionOptions(parent.run_id, step_selection=["sft_export"]))
-    assert _started(again) == {"sft_export"}
+    assert executed_steps(again) == {"sft_export"}
     assert not again.success
     assert tree_bytes(chain.storage.published_dir(key)) == before
 
@@ -185,7 +174,7 @@ def test_a_bad_option_value_in_a_dagster_run_config_fails_before_anything_change
     chain.register(_new_version())
     result = chain.materialize(key, run_config={"ops": {"preference_pairs": {"config": {"min_margin": -1.0}}}})
     assert not result.success
-    assert _started(result) == {"raw_simulation_data"}
+    assert executed_steps(result) == {"raw_simulation_data"}
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert "bad value for preference_pairs" in failure.event_specific_data.error.message
     assert tree_bytes(chain.storage.stage_dir(key)) == stages
