@@ -275,7 +275,7 @@ def test_reward_statistics_over_workers_equal_one_process(tmp_path, monkeypatch)
     monkeypatch.setattr(parallel, "CHUNK_BYTES", 2048)
     one, two = score_stats_of_file(src, workers=1), score_stats_of_file(src, workers=2)
     assert vars(one) == vars(two)
-    assert one.n == 302 and one.out_of_range == 1 and len(one.groups) == 9
+    assert one.n == 302 and one.out_of_range == 1 and one.n_groups == 9
 
 
 def test_reward_statistics_of_pair_sides_over_workers_equal_one_process(tmp_path, monkeypatch):

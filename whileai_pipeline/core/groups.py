@@ -34,12 +34,15 @@ def task_key(row) -> str:
     return text(row.get("scenario_id") or row.get("task_id") or row.get("prompt") or "")
 
 
+def key_digest(key: str) -> int:
+    """The first 64 bits of the SHA-1 of a (task) key, as an int: what ``KeyIndex`` holds."""
+    return int.from_bytes(hashlib.sha1(key.encode("utf-8", "surrogatepass")).digest()[:8], "big")
+
+
 def row_summary(row):
     """(64-bit SHA-1 prefix of the task key, or None when empty; numeric reward, NaN when there is none)."""
     key = task_key(row)
-    digest = None
-    if key:
-        digest = int.from_bytes(hashlib.sha1(key.encode("utf-8", "surrogatepass")).digest()[:8], "big")
+    digest = key_digest(key) if key else None
     reward = numeric_reward(row.get("reward"))
     return digest, (math.nan if reward is None else reward)
 
@@ -47,8 +50,9 @@ def row_summary(row):
 class KeyIndex:
     """64-bit keys -> dense indexes 0, 1, 2, ... in two typed arrays (open addressing).
 
-    About 24 bytes a key at most, where a dict of Python ints takes about 110: at a million rows in
-    170k groups that is the difference between flat and growing memory (issue 4).
+    24 to 48 bytes a key (the table doubles when half full), where a dict of Python ints takes about
+    110: at a million rows in 170k groups that is the difference between flat and growing memory
+    (issue 4).
     """
 
     __slots__ = ("_keys", "_slots", "_mask", "n")
@@ -85,6 +89,14 @@ class KeyIndex:
                     i = (i + 1) & mask
                 keys[i], slots[i] = key, g
         self.n = n
+
+    def __eq__(self, other):
+        """The same keys given the same indexes (two tallies of the same rows in the same order are equal)."""
+        if not isinstance(other, KeyIndex):
+            return NotImplemented
+        return self.n == other.n and self._keys == other._keys and self._slots == other._slots
+
+    __hash__ = None
 
 
 class GroupStats:

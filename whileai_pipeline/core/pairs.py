@@ -2,12 +2,16 @@
 
 Pair selection works on per-row summaries (score, prompt key, reply length, first-turn digest), so
 the same plan can be made over a file without holding its rows; ``build_preference_pairs`` then
-attaches the rows the plan names.
+attaches the rows the plan names. The summaries are kept in typed arrays (``SummaryTable``: 49
+bytes a row with where the row is in its file, and about 60 bytes a prompt), not as an object per
+row: grouping by prompt needs every row's summary, but ``RowSummary`` objects in per-prompt lists
+took about 400 bytes a row (433 MB of RSS for a million rows; 92 MB now).
 """
 
 import array
 import contextlib
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -18,6 +22,7 @@ from pathlib import Path
 import orjson
 
 from .gates import scrub
+from .groups import KeyIndex
 from .parallel import PartFiles, append_part
 from .progress import tick
 from .text import normalize, text
@@ -211,36 +216,191 @@ def check_min_margin(min_margin):
                          "would pair nothing")
 
 
+class PromptGroups:
+    """20-byte prompt-key digests -> dense group indexes in first-seen order, exactly, in typed arrays.
+
+    A ``KeyIndex`` over a digest's first 64 bits finds its group, whose whole digest is kept (20 bytes
+    a group) to confirm it; a digest whose first 64 bits an earlier digest took (two prompts sharing
+    64 bits of SHA-1) gets its group from a dict. About 70 bytes a prompt, where a dict of bytes
+    took about 130.
+    """
+
+    WIDTH = 20  # SHA-1
+
+    def __init__(self):
+        self._index = KeyIndex()  # first 64 bits -> entry
+        self._entry_group = array.array("i")  # entry -> group
+        self._digests = bytearray()  # group -> its digest
+        self._others = {}  # digest -> group, for digests whose first 64 bits were taken
+
+    def __len__(self):
+        return len(self._digests) // self.WIDTH
+
+    def group(self, digest: bytes) -> int:
+        if self._index is None:
+            raise RuntimeError("PromptGroups.group after seal(): a planned table takes no more rows")
+        if len(digest) != self.WIDTH:
+            raise ValueError(f"a prompt key is a {self.WIDTH}-byte digest, got {len(digest)} bytes")
+        entry = self._index.index(int.from_bytes(digest[:8], "big"))
+        if entry == len(self._entry_group):  # the first digest with these 64 bits
+            g = len(self)
+            self._entry_group.append(g)
+            self._digests += digest
+            return g
+        g = self._entry_group[entry]
+        if self._digests[self.WIDTH * g:self.WIDTH * (g + 1)] == digest:
+            return g
+        g = self._others.get(digest)
+        if g is None:
+            g = self._others[digest] = len(self)
+            self._digests += digest
+        return g
+
+    def digest(self, g) -> bytes:
+        return bytes(self._digests[self.WIDTH * g:self.WIDTH * (g + 1)])
+
+    def seal(self):
+        """No more digests will come: drop the lookup (about 45 bytes a prompt); ``digest`` still answers."""
+        self._index = self._entry_group = self._others = None
+
+
+class SummaryTable:
+    """The ``RowSummary`` of every eligible row, a column per field in typed arrays (41 bytes a row),
+    the prompt keys as dense group indexes (``PromptGroups``) and the model names interned.
+
+    With ``spans`` (rows of a file: ``add_span``), each row is kept with where it is in the file (its
+    byte offset and length, for pass 2 to read it back) instead of its index (49 bytes a row), and
+    its ``RowSummary.index`` is its place in the table.
+    """
+
+    def __init__(self, spans=False):
+        self.index = None if spans else array.array("q")  # the row's index (RowSummary.index)
+        self.offset = array.array("q") if spans else None  # where the row's line starts
+        self.span = array.array("q") if spans else None  # its bytes, to the next row
+        self.group = array.array("i")  # its prompt group
+        self.score = array.array("d")
+        self.length = array.array("q")
+        self.first_turn = array.array("Q")  # the 8-byte first-turn digest, as an int
+        self.model = array.array("i")  # an index into ``models``, -1 for none
+        self.eval_sourced = bytearray()
+        self.prompts = PromptGroups()
+        self.models, self._model_ids = [], {}
+
+    def __len__(self):
+        return len(self.score)
+
+    def add(self, index, fields):
+        """Add row ``index`` from its ``summary_fields`` (not None)."""
+        self.index.append(index)
+        self._add(fields)
+
+    def add_span(self, offset, span, fields):
+        """Add the row of a file at ``offset`` (``span`` bytes) from its ``summary_fields`` (not None)."""
+        self.offset.append(offset)
+        self.span.append(span)
+        self._add(fields)
+
+    def _add(self, fields):
+        key, score_, length, first, model, eval_sourced = fields
+        self.group.append(self.prompts.group(key))
+        self.score.append(score_)
+        self.length.append(length)
+        self.first_turn.append(int.from_bytes(first, "big"))
+        if model is None:
+            self.model.append(-1)
+        else:
+            m = self._model_ids.get(model)
+            if m is None:
+                m = self._model_ids[model] = len(self.models)
+                self.models.append(model)
+            self.model.append(m)
+        self.eval_sourced.append(1 if eval_sourced else 0)
+
+    def add_summary(self, summary):
+        self.add(summary.index, (summary.key, summary.score, summary.length, summary.first_turn, summary.model,
+                                 summary.eval_sourced))
+
+    def summary(self, i) -> "RowSummary":
+        """The ``RowSummary`` of the ``i``-th row added."""
+        m = self.model[i]
+        index = self.index[i] if self.index is not None else i
+        return RowSummary(index, self.prompts.digest(self.group[i]), self.score[i], self.length[i],
+                          self.first_turn[i].to_bytes(8, "big"), self.models[m] if m >= 0 else None,
+                          bool(self.eval_sourced[i]))
+
+    def plan(self, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True) -> "PairPlan":
+        """Greedy pairing within each prompt group (groups in first-seen order, each group's rows in row
+        order, ranked by score, best first; the rejected side the candidate closest in length)."""
+        check_min_margin(min_margin)
+        self.prompts.seal()
+        n_groups = len(self.prompts)
+        # each group's rows, in row order: a counting sort of the rows by group (4 bytes a row)
+        starts = array.array("q", bytes(8 * (n_groups + 1)))
+        for g in self.group:
+            starts[g + 1] += 1
+        for g in range(n_groups):
+            starts[g + 1] += starts[g]
+        order = array.array("i", bytes(4 * len(self.group)))
+        fill = starts[:-1]
+        for i, g in enumerate(self.group):
+            order[fill[g]] = i
+            fill[g] += 1
+        del fill
+        score, length = self.score, self.length
+        chosen, rejected = array.array("i"), array.array("i")
+        with_contrast = 0
+        for g in range(n_groups):
+            ranked = sorted(order[starts[g]:starts[g + 1]], key=lambda i: -score[i])
+            used = set()
+            made = 0
+            for c in ranked:
+                if made >= max_pairs_per_prompt:
+                    break
+                if c in used:
+                    continue
+                c_score = score[c]
+                candidates = [r for r in ranked if r not in used and r != c and c_score - score[r] >= min_margin]
+                if not candidates:
+                    continue
+                if length_match:
+                    c_length = length[c]
+                    r = min(candidates, key=lambda i: abs(length[i] - c_length))
+                else:
+                    r = candidates[0]
+                used.update((c, r))
+                chosen.append(c)
+                rejected.append(r)
+                made += 1
+            with_contrast += made > 0
+        return PairPlan(self, chosen, rejected, n_groups, with_contrast)
+
+
+class PairPlan:
+    """The pairs a ``SummaryTable.plan`` chose, as two arrays of the table's rows (8 bytes a pair)."""
+
+    def __init__(self, table, chosen, rejected, prompts_seen, with_contrast):
+        self.table, self.chosen, self.rejected = table, chosen, rejected
+        self.prompts_seen, self.with_contrast = prompts_seen, with_contrast
+
+    def __len__(self):
+        return len(self.chosen)
+
+    def pairs(self):
+        """(chosen, rejected) ``RowSummary`` of each pair, in order, made as they are asked for."""
+        summary = self.table.summary
+        for c, r in zip(self.chosen, self.rejected):
+            yield summary(c), summary(r)
+
+
 def plan_pairs(summaries, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True):
     """Greedy pairing within each prompt group; returns ([(chosen, rejected), ...], prompts_seen, with_contrast)."""
     check_min_margin(min_margin)
-    groups = {}
+    table = SummaryTable()
     for summary in summaries:
         if summary is not None:
-            groups.setdefault(summary.key, []).append(summary)
-    plan = []
-    with_contrast = 0
-    for members in groups.values():
-        ranked = sorted(members, key=lambda s: -s.score)
-        used = set()
-        made = 0
-        for c in ranked:
-            if made >= max_pairs_per_prompt:
-                break
-            if c.index in used:
-                continue
-            candidates = [r for r in ranked if r.index not in used and r is not c and c.score - r.score >= min_margin]
-            if not candidates:
-                continue
-            if length_match:
-                r = min(candidates, key=lambda s: abs(s.length - c.length))
-            else:
-                r = candidates[0]
-            used.update((c.index, r.index))
-            plan.append((c, r))
-            made += 1
-        with_contrast += made > 0
-    return plan, len(groups), with_contrast
+            table.add_summary(summary)
+    plan = table.plan(max_pairs_per_prompt=max_pairs_per_prompt, min_margin=min_margin, length_match=length_match)
+    return list(plan.pairs()), plan.prompts_seen, plan.with_contrast
 
 
 def pair_fields(c, r, chosen, rejected):
@@ -267,15 +427,21 @@ def pair_fields(c, r, chosen, rejected):
 
 
 def pairs_report(plan, prompts_seen, with_contrast, min_margin):
-    """Spec 8.2's report over a plan of (chosen, rejected) summaries."""
-    n = len(plan)
-    margins = [round(c.score - r.score, 6) for c, r in plan]
-    deltas = [c.length - r.length for c, r in plan]
-    identical = sum(c.first_turn == r.first_turn for c, r in plan)
-    same = sum(1 for c, r in plan if c.model and r.model and c.model == r.model)
-    mixed = sum(1 for c, r in plan if c.model and r.model and c.model != r.model)
-    eval_sourced = sum(1 for c, r in plan if c.eval_sourced or r.eval_sourced)
-    chosen_longer = sum(d > 0 for d in deltas)
+    """Spec 8.2's report over a plan of (chosen, rejected) summaries, read once (an iterator will do)."""
+    margins, deltas = array.array("d"), array.array("q")  # 16 bytes a pair
+    identical = same = mixed = eval_sourced = partial = chosen_longer = 0
+    for c, r in plan:
+        margins.append(round(c.score - r.score, 6))
+        delta = c.length - r.length
+        deltas.append(delta)
+        chosen_longer += delta > 0
+        identical += c.first_turn == r.first_turn
+        if c.model and r.model:
+            same += c.model == r.model
+            mixed += c.model != r.model
+        eval_sourced += bool(c.eval_sourced or r.eval_sourced)
+        partial += c.score not in (0.0, 1.0) or r.score not in (0.0, 1.0)
+    n = len(margins)
     warnings = []
     if deltas:
         note = length_note(chosen_longer, len(deltas))
@@ -295,7 +461,7 @@ def pairs_report(plan, prompts_seen, with_contrast, min_margin):
         "prompts_with_contrast": with_contrast,
         "min_margin": min_margin,
         "mean_margin": round(sum(margins) / n, 4) if n else None,
-        "partial_score_pairs": sum(1 for c, r in plan if c.score not in (0.0, 1.0) or r.score not in (0.0, 1.0)),
+        "partial_score_pairs": partial,
         "first_turn_identical": identical,
         "trainer_pairs": n - identical,
         "same_policy_pairs": same,
@@ -548,9 +714,10 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
                      workers=None):
     """``build_preference_pairs`` from a JSONL file to a JSONL file, holding summaries, not rows.
 
-    Pass 1 keeps one summary and where the row is in the file (offset, length) per row (worker
-    processes summarize a big file's chunks; ``workers`` as for ``export_dataset``); pass 2 reads
-    back the rows each pair names.
+    Pass 1 keeps one summary and where the row is in the file (offset, length) per eligible row, in
+    typed arrays (``SummaryTable``: about 50 bytes a row; worker processes summarize a big file's
+    chunks, ``workers`` as for ``export_dataset``); pass 2 reads back the rows each pair names, the
+    plan read a pair at a time.
     Returns the pair report plus ``path``, ``n_written`` and ``sha256`` of the written file.
     """
     check_min_margin(min_margin)
@@ -563,7 +730,8 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
     require_file(Path(source), "source file", "pass the scored JSONL run to pair")
     refuse_source(output, source)
 
-    offsets, lengths = array.array("q"), array.array("q")
+    table = SummaryTable(spans=True)  # each eligible row's summary and where it is in the file
+    rows = 0
     n = workers_for(source, workers)
     stamp = file_stamp(source)  # pass 2 reads rows back where pass 1 found them: the file must not change
     with contextlib.ExitStack() as stack:
@@ -571,38 +739,42 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
         parts = stack.enter_context(PartFiles(output, "pairs"))  # removed after the pool has stopped
         pool = stack.enter_context(WorkerPool(n)) if n > 1 else None  # one pool for both passes
 
-        def summaries():
-            if pool is None:
-                for index, (offset, length, row) in enumerate(iter_jsonl_spans(source)):
-                    tick(progress, index + 1)
-                    offsets.append(offset)
-                    lengths.append(length)
-                    yield summarize(index, row)
-                return
+        if pool is None:
+            for offset, length, row in iter_jsonl_spans(source):
+                rows += 1
+                tick(progress, rows)
+                fields = summary_fields(row)
+                if fields is not None:
+                    table.add_span(offset, length, fields)
+        else:
             jobs = ((chunk, summary_fields, None) for chunk in byte_chunks(source))
             for results in pool.ordered(map_row_spans, source, jobs):
                 for offset, length, fields in results:
-                    index = len(offsets)
-                    offsets.append(offset)
-                    lengths.append(length)
-                    tick(progress, index + 1)
-                    yield RowSummary(index, *fields) if fields is not None else None
+                    rows += 1
+                    tick(progress, rows)
+                    if fields is not None:
+                        table.add_span(offset, length, fields)
 
-        plan, seen, contrast = plan_pairs(summaries(), max_pairs_per_prompt=max_pairs_per_prompt,
-                                          min_margin=min_margin, length_match=length_match)
+        plan = table.plan(max_pairs_per_prompt=max_pairs_per_prompt, min_margin=min_margin,
+                          length_match=length_match)
         if progress is not None:
-            progress(len(offsets))
+            progress(rows)
         digest = hashlib.sha256()
-        jobs = [(c, r, offsets[c.index], lengths[c.index], offsets[r.index], lengths[r.index]) for c, r in plan]
+        offsets, spans = table.offset, table.span
+
+        def jobs():  # made as pass 2 takes them, not held: a pair's summaries and where its rows are
+            for c, r in plan.pairs():
+                yield c, r, offsets[c.index], spans[c.index], offsets[r.index], spans[r.index]
+
         with atomic_file(output) as out:
-            if pool is None or len(jobs) < 2 * PAIRS_PER_TASK:
-                for line in _pair_lines(source, jobs):
+            if pool is None or len(plan) < 2 * PAIRS_PER_TASK:
+                for line in _pair_lines(source, jobs()):
                     digest.update(line)
                     out.write(line)
             else:
-                _write_pairs_over(pool, source, jobs, output, out, digest, parts)
+                _write_pairs_over(pool, source, jobs(), output, out, digest, parts)
             check_unchanged(source, stamp)
-    report = pairs_report(plan, seen, contrast, min_margin)
+    report = pairs_report(plan.pairs(), plan.prompts_seen, plan.with_contrast, min_margin)
     report.update(path=str(output), n_written=len(plan), sha256=digest.hexdigest())
     return report
 
@@ -611,8 +783,11 @@ PAIRS_PER_TASK = 500
 
 
 def _write_pairs_over(pool, source, jobs, output, out, digest, parts):
-    """Pass 2 over worker processes: runs of pairs go to part files, appended here in order."""
-    tasks = ((jobs[k:k + PAIRS_PER_TASK], parts.name(k)) for k in range(0, len(jobs), PAIRS_PER_TASK))
+    """Pass 2 over worker processes: runs of pairs go to part files, appended here in order. ``jobs``
+    is read a run at a time, as the pool takes them."""
+    jobs = iter(jobs)
+    tasks = ((run, parts.name(k)) for k, run in zip(itertools.count(0, PAIRS_PER_TASK),
+                                                     iter(lambda: list(itertools.islice(jobs, PAIRS_PER_TASK)), [])))
     for part in pool.ordered(write_pairs_part, source, tasks, writes_beside=output):
         append_part(part, out, digest)
 

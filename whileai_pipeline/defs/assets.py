@@ -305,7 +305,7 @@ def scored_simulation_data(
         "ungraded": stats.counts["ungraded"],
         "pass_rate": round(stats.counts["pass"] / (stats.counts["pass"] + stats.counts["fail"]), 4)
         if stats.counts["pass"] + stats.counts["fail"] else math.nan,  # no graded row: no rate, not 0
-        "groups": sum(1 for group in stats.groups if group),  # rows with no task key are not a group (spec 3.11)
+        "groups": stats.keyed_groups,  # rows with no task key are not a group (spec 3.11)
         **_reward_pictures(stats),
         "stage_path": dg.MetadataValue.path(str(scored)),
         "sha256": scored_sha,
