@@ -4,7 +4,7 @@ import enum
 import time
 
 from .conversation import conversation
-from .errors import BadRowError, ExportError, NoPreferencePairsError, PrivilegedLeakError, RoundtripInvalidError
+from .errors import ExportError, NoPreferencePairsError, PrivilegedLeakError, RoundtripInvalidError
 from .gates import (
     ENCODINGS,
     LeakGate,
@@ -238,12 +238,11 @@ def _run_pairs(src, plans, tallies, spools, workers):
                     for spool, part in zip(spools, parts):
                         spool.append_part(part)
             return
-    numbered = src.hashed.numbered() if src.hashed is not None else enumerate(src.rows)
-    for position, item in numbered:
+    for position, item in src.numbered():
         try:
             outcomes = _pair_outcomes(item, plans)
         except ExportError as exc:
-            raise BadRowError.at(src.path if src.hashed is not None else None, position, exc, "pairs") from None
+            raise src.bad_row(position, exc, "pairs") from None
         consume(outcomes, position)
 
 

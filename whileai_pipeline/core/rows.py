@@ -1,7 +1,7 @@
 """Source rows -> training rows (spec 3): conversion, carried keys, schema stamp and check."""
 
 from .conversation import bridge_tool_trace, conversation
-from .errors import BadRowError, ExportError, SchemaInvalidError
+from .errors import ExportError, SchemaInvalidError
 from .gates import scrub
 from .groups import stamp_groups
 from .masks import check_mask_mode, loss_mask, unroll as unroll_entry
@@ -136,14 +136,13 @@ def iter_training_rows(source, *, system_prompt=None, tools=None, strip_think=Tr
     """Training rows one at a time, without group stamping (that needs every row's reward)."""
     check_mask_mode(mask_mode)
     src = resolve_source(source, system_prompt, tools)
-    numbered = src.hashed.numbered() if src.hashed is not None else enumerate(src.rows)
-    for position, raw in numbered:
+    for position, raw in src.numbered():
         if isinstance(raw, dict):
             try:
                 entries = convert_row(raw, src.system, src.tools, strip_think, mask_mode, unroll,
                                       max_tool_output_chars)
             except ExportError as exc:
-                raise BadRowError.at(src.path if src.hashed is not None else None, position, exc) from None
+                raise src.bad_row(position, exc) from None
             yield from entries
 
 

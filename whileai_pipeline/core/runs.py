@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ExportError, SourceChangedError
+from .errors import BadRowError, ExportError, SourceChangedError
 from .jsonl import iter_jsonl, read_json, require_file, sha256_of
 from .text import text
 
@@ -138,6 +138,14 @@ class Source:
         if self.hashed is None or self.hashed.deferred:
             return None
         return self.hashed.sha256.hexdigest()
+
+    def numbered(self):
+        """(line number, row) of a file's rows, hashed on the way; (index, row) of rows given in memory."""
+        return self.hashed.numbered() if self.hashed is not None else enumerate(self.rows)
+
+    def bad_row(self, position, exc, given="rows"):
+        """The BadRowError for ``exc``, raised converting the row at ``position`` of ``numbered()``."""
+        return BadRowError.at(self.path if self.hashed is not None else None, position, exc, given)
 
 
 def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True, lists_are_rows=False) -> Source:

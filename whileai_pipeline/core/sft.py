@@ -17,7 +17,7 @@ import math
 import time
 
 from .conversation import conversation
-from .errors import BadRowError, ExportError, PrivilegedLeakError, RoundtripInvalidError
+from .errors import ExportError, PrivilegedLeakError, RoundtripInvalidError
 from .gates import (
     ENCODINGS,
     LeakGate,
@@ -85,13 +85,12 @@ def _sft_outcomes(raw, plans):
     return [(leak, length_cut, written) for written in entries]
 
 
-def _located_outcomes(raw, plans, path, position):
-    """``_sft_outcomes``; a row it refuses is a BadRowError naming ``path:position`` (the row's index
-    when ``path`` is None)."""
+def _located_outcomes(raw, plans, src, position):
+    """``_sft_outcomes``; a row it refuses is a BadRowError naming its place in ``src`` (``Source.bad_row``)."""
     try:
         return _sft_outcomes(raw, plans)
     except ExportError as exc:
-        raise BadRowError.at(path, position, exc) from None
+        raise src.bad_row(position, exc) from None
 
 
 def _written(entry, plan, objects=None):
@@ -357,7 +356,7 @@ def _run_pass(src, plans, tallies, spools, prescan_wanted, pool):
         for tally in tallies:
             tally.use(prescan)
         for index, raw in enumerate(src.rows):
-            consume(_located_outcomes(raw, plans, None, index))
+            consume(_located_outcomes(raw, plans, src, index))
         return
     from .parallel import byte_chunks, write_chunk
 
@@ -367,7 +366,7 @@ def _run_pass(src, plans, tallies, spools, prescan_wanted, pool):
             tally.use(prescan)
         hasher = None if prescan is not None else src.hashed.sha256
         for line, raw in iter_jsonl(src.path, hasher):
-            consume(_located_outcomes(raw, plans, src.path, line), line)
+            consume(_located_outcomes(raw, plans, src, line), line)
         return
     # The parent leaves the source's hash for the end (``SourceDigest``): here it would take a core
     # from the workers, there one is free while the disk flushes the output.
