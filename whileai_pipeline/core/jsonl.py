@@ -403,26 +403,30 @@ def temp_beside(dest, kind="tmp"):
     """Create a temp file in ``dest``'s directory, named ``.<name>.<pid>.<random>.<kind>.tmp``.
 
     The pid in the name lets a later run tell a crashed writer's leftovers (``clean_stale_temps``)
-    from a live writer's file. The file gets the mode ``dest`` will keep once it is renamed there:
-    the mode of the file it replaces, else what ``open`` would give (0666 less the umask), not
-    mkstemp's 0600, which would hide a published export from a trainer running as another user.
-    Returns (fd, path).
+    from a live writer's file. The file gets the mode ``dest`` will keep once it is renamed there
+    (``mode_for``), not mkstemp's 0600, which would hide a published export from a trainer running
+    as another user. Returns (fd, path).
     """
     dest = Path(dest)
     clean_stale_temps(dest)
     fd, tmp = tempfile.mkstemp(prefix=f"{temp_prefix(dest)}{os.getpid()}.", suffix=f".{kind}{TMP_SUFFIX}",
                                dir=dest.parent)
     try:
-        try:
-            mode = os.stat(dest).st_mode & 0o7777
-        except OSError:
-            mode = 0o666 & ~_UMASK
-        os.fchmod(fd, mode)
+        os.fchmod(fd, mode_for(dest))
     except BaseException:
         os.close(fd)
         os.unlink(tmp)
         raise
     return fd, tmp
+
+
+def mode_for(dest) -> int:
+    """The mode a file renamed to ``dest`` should have: that of the file it replaces, else what
+    ``open`` would give (0666 less the umask)."""
+    try:
+        return os.stat(dest).st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_UMASK
 
 
 def _process_umask() -> int:

@@ -22,10 +22,9 @@ exported, gated and published apart: each file's report names its source and SHA
 import datetime
 import os
 import shutil
-import stat
 from pathlib import Path
 
-from whileai_pipeline.core.jsonl import fsync_dir, sha256_file, write_json
+from whileai_pipeline.core.jsonl import fsync_dir, mode_for, sha256_file, write_json
 
 GATES = ("tool_call_roundtrip", "privileged_leak")
 VOLATILE_REPORT_KEYS = ("elapsed_seconds",)
@@ -103,21 +102,12 @@ def publish(candidates: dict, reports: dict, destinations: dict) -> dict:
         moves.append((staged_report, report_file(dest)))
         outcomes[fmt] = {"path": str(dest), "sha256": sha, "unchanged": unchanged}
     for staged, dest in moves:
-        _keep_mode(staged, dest)
+        os.chmod(staged, mode_for(dest))  # a replaced file keeps its mode (a trainer's read access)
     for staged, dest in moves:
         os.replace(staged, dest)
     for directory in {dest.parent for _, dest in moves}:
         fsync_dir(directory)
     return outcomes
-
-
-def _keep_mode(staged: Path, dest: Path) -> None:
-    """Give ``staged`` the mode of the file it will replace (a candidate is made with the umask's)."""
-    try:
-        mode = stat.S_IMODE(dest.stat().st_mode)
-    except FileNotFoundError:
-        return
-    os.chmod(staged, mode)
 
 
 def remove_other_formats(published: dict) -> list:
