@@ -1,10 +1,9 @@
 """Counting and markdown for asset metadata (plain Python, one row at a time, memory stays flat)."""
 
-import hashlib
 import math
 from collections import Counter
 
-from whileai_pipeline.core.groups import KeyIndex
+from whileai_pipeline.core.groups import KeyIndex, key_digest
 from whileai_pipeline.core.rows import shape_problem
 
 PREVIEW_ROWS = 5
@@ -59,7 +58,7 @@ class RawStats:
 
     @staticmethod
     def _digest(value) -> int:
-        return int.from_bytes(hashlib.blake2b(str(value).encode("utf-8", "replace"), digest_size=8).digest(), "big")
+        return key_digest(str(value))  # the 64 bits KeyIndex holds, as for the export's groups
 
     def add(self, row) -> None:
         self.add_facts(self.facts(row, preview=len(self.preview) < PREVIEW_ROWS))
