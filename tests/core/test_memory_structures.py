@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 import whileai_pipeline.core.pairs as pairs_mod
 from whileai_pipeline.core.groups import KeyIndex
 from whileai_pipeline.core.jsonl import dumps
-from whileai_pipeline.core.pairs import PromptGroups, RowSummary, SummaryTable, build_pairs_file, plan_pairs
+from whileai_pipeline.core.pairs import PromptGroups, RowSummary, SummaryTable, build_pairs_file
+from whileai_pipeline.core.pairs import summary_fields as row_fields
 from whileai_pipeline.core.scoring import SHOWN_GROUPS, ScoreStats
 from whileai_pipeline.defs.summaries import RawStats
 
@@ -71,6 +72,21 @@ def test_pair_selection_keeps_typed_arrays_and_no_object_per_row(tmp_path, monke
     assert table.models == ["m0", "m1"]  # model names interned, not one string per row
     assert len(made) == 4 * report["pairs"]  # chosen and rejected, for pass 2 and for the report
     assert made_at_line == [2, 4, 6, 8, 10, 12]
+
+
+def _summarize(index, row):
+    fields = row_fields(row)
+    return RowSummary(index, *fields) if fields is not None else None
+
+
+def plan_pairs(summaries, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True):
+    """The array planner fed RowSummary objects, answering as the object planner did."""
+    table = SummaryTable()
+    for s in summaries:
+        if s is not None:
+            table.add(s.index, (s.key, s.score, s.length, s.first_turn, s.model, s.eval_sourced))
+    plan = table.plan(max_pairs_per_prompt=max_pairs_per_prompt, min_margin=min_margin, length_match=length_match)
+    return list(plan.pairs()), plan.prompts_seen, plan.with_contrast
 
 
 def _old_plan(summaries, max_pairs_per_prompt, min_margin, length_match):
@@ -192,7 +208,7 @@ def test_pairs_file_report_and_bytes_unchanged_by_the_compact_planner(tmp_path):
     src.write_bytes(b"".join(dumps(r) + b"\n" for r in rows))
     report = build_pairs_file(src, tmp_path / "pairs.jsonl", max_pairs_per_prompt=2, min_margin=0.3)
     expected_pairs, expected = wai.build_preference_pairs(rows, max_pairs_per_prompt=2, min_margin=0.3)
-    summaries = [pairs_mod.summarize(i, r) for i, r in enumerate(rows)]
+    summaries = [_summarize(i, r) for i, r in enumerate(rows)]
     old, seen, contrast = _old_plan(summaries, 2, 0.3, True)
     assert [(c.index, r.index) for c, r in old] == [
         (rows.index(p["chosen"]), rows.index(p["rejected"])) for p in expected_pairs]

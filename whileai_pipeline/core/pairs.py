@@ -169,12 +169,6 @@ class RowSummary:
     eval_sourced: bool
 
 
-def summarize(index, row):
-    """A RowSummary for an eligible row, else None (non-ok judge status, no valid score, no prompt)."""
-    fields = summary_fields(row)
-    return RowSummary(index, *fields) if fields is not None else None
-
-
 def summary_fields(row, _=None):
     """Everything of a RowSummary but the row's index (what a worker process sends back)."""
     if not isinstance(row, dict) or row.get("judge_status", "ok") != "ok":
@@ -316,10 +310,6 @@ class SummaryTable:
             self.model.append(m)
         self.eval_sourced.append(1 if eval_sourced else 0)
 
-    def add_summary(self, summary):
-        self.add(summary.index, (summary.key, summary.score, summary.length, summary.first_turn, summary.model,
-                                 summary.eval_sourced))
-
     def summary(self, i) -> "RowSummary":
         """The ``RowSummary`` of the ``i``-th row added."""
         m = self.model[i]
@@ -390,17 +380,6 @@ class PairPlan:
         summary = self.table.summary
         for c, r in zip(self.chosen, self.rejected):
             yield summary(c), summary(r)
-
-
-def plan_pairs(summaries, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True):
-    """Greedy pairing within each prompt group; returns ([(chosen, rejected), ...], prompts_seen, with_contrast)."""
-    check_min_margin(min_margin)
-    table = SummaryTable()
-    for summary in summaries:
-        if summary is not None:
-            table.add_summary(summary)
-    plan = table.plan(max_pairs_per_prompt=max_pairs_per_prompt, min_margin=min_margin, length_match=length_match)
-    return list(plan.pairs()), plan.prompts_seen, plan.with_contrast
 
 
 def pair_fields(c, r, chosen, rejected):
@@ -483,11 +462,14 @@ def build_preference_pairs(rows, *, max_pairs_per_prompt=1, min_margin=1.0, leng
     """Spec 8.2: (pairs, report). Each pair holds the chosen and rejected rows themselves."""
     check_min_margin(min_margin)
     rows = list(rows)
-    plan, seen, contrast = plan_pairs((summarize(i, row) for i, row in enumerate(rows)),
-                                      max_pairs_per_prompt=max_pairs_per_prompt, min_margin=min_margin,
-                                      length_match=length_match)
-    pairs = [pair_fields(c, r, rows[c.index], rows[r.index]) for c, r in plan]
-    return pairs, pairs_report(plan, seen, contrast, min_margin)
+    table = SummaryTable()  # the rows are held anyway: the table is what the file path keeps, not a saving here
+    for i, row in enumerate(rows):
+        fields = summary_fields(row)
+        if fields is not None:  # eligible: an ok judge status, a valid score and a prompt
+            table.add(i, fields)
+    plan = table.plan(max_pairs_per_prompt=max_pairs_per_prompt, min_margin=min_margin, length_match=length_match)
+    pairs = [pair_fields(c, r, rows[c.index], rows[r.index]) for c, r in plan.pairs()]
+    return pairs, pairs_report(plan.pairs(), plan.prompts_seen, plan.with_contrast, min_margin)
 
 
 # ---------------------------------------------------------------- pairwise judge
