@@ -264,11 +264,7 @@ def flat_to_run_config(options: dict, assets=None) -> dict:
     for asset, values in per_asset.items():
         if assets is not None and asset not in assets:
             continue
-        cls = CONFIG_CLASSES[asset]
-        try:
-            cls(**{k: _enum_value(cls, k, v) for k, v in values.items()})
-        except Exception as exc:  # pydantic.ValidationError and our ValueErrors
-            raise ConfigFileError(f"bad value for {asset}: {_describe(exc)}") from None
+        _check_values(asset, CONFIG_CLASSES[asset], values)
         ops[asset] = {"config": values}
     return {"ops": ops} if ops else {}
 
@@ -289,10 +285,15 @@ def _check_op_configs(ops):
         values = block.get("config") if isinstance(block, dict) else None
         if cls is None or not isinstance(values, dict):
             continue
-        try:
-            cls(**{k: _enum_value(cls, k, v) for k, v in values.items()})
-        except Exception as exc:  # pydantic.ValidationError and our ValueErrors
-            raise ConfigFileError(f"bad value for {asset}: {_describe(exc)}") from None
+        _check_values(asset, cls, values)
+
+
+def _check_values(asset, cls, values):
+    """``values`` as ``asset``'s config class ``cls`` takes them, else a one-line ConfigFileError."""
+    try:
+        cls(**{k: _enum_value(cls, k, v) for k, v in values.items()})
+    except Exception as exc:  # pydantic.ValidationError and our ValueErrors
+        raise ConfigFileError(f"bad value for {asset}: {_describe(exc)}") from None
 
 
 def _describe(exc) -> str:
