@@ -1,5 +1,7 @@
 """Every export loads with `datasets.load_dataset("json", ...)` and comes back as written."""
 
+import json
+
 import pytest
 
 from .conftest import EXPORTS, MISSING, SKIP_REASON, read_rows
@@ -32,3 +34,40 @@ def test_load_dataset_reads_every_export(exports, hf_cache, name):
                 # The conversation and the tools come back exactly: no key added, none dropped, arguments
                 # still objects (trl) or strings (openai), no value turned into another type.
                 assert loaded[key] == row[key], f"{name} row {i} key {key!r} changed on load"
+
+
+def _with_arguments(shape, arguments):
+    """A trl row of ``shape`` whose one tool call carries ``arguments``."""
+    call = {"role": "assistant", "content": "Let me look.", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "lookup_order", "arguments": arguments}}]}
+    ask = [{"role": "user", "content": "Where is order 7?"}]
+    if shape == "messages":  # messages with and without tool_calls: datasets keeps them as JSON text
+        return {"messages": ask + [call, {"role": "tool", "tool_call_id": "c1", "content": "shipped"},
+                                   {"role": "assistant", "content": "It shipped."}]}
+    if shape == "prompt_completion":
+        return {"prompt": ask, "completion": [call]}
+    return {"prompt": ask, "chosen": [call], "rejected": [call]}
+
+
+# Pairs of argument values at one path, one per row: the mixes Arrow types one way or another.
+MIXES = [(7, 8), (7, 7.5), (7, "null"), (7, "7"), (True, "true"), (2.5, "[1]"), (7, "seven"), (True, 1),
+         ([1], [2.5]), ({"a": 1}, {"a": 1.5}), ({"a": 1}, {"b": "2"})]
+
+
+@pytest.mark.parametrize("shape", ["messages", "prompt_completion", "preference"])
+@pytest.mark.parametrize("first,second", MIXES, ids=[repr(m) for m in MIXES])
+def test_the_validator_warns_exactly_when_load_dataset_changes_an_argument(tmp_path, hf_cache, shape, first, second):
+    from whileai_pipeline.core.openai_format import validate_file
+
+    rows = [_with_arguments(shape, {"v": first}), _with_arguments(shape, {"v": second})]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    ds = hf.load_jsonl(path, hf_cache)
+    # json.dumps tells 7 from 7.0 and True from 1, which == does not.
+    changed = [json.dumps({k: ds[i][k] for k in row}, sort_keys=True) != json.dumps(row, sort_keys=True)
+               for i, row in enumerate(rows)]
+    report = validate_file(path, "trl")
+    warned = {p["line"] for p in report["problems"] if p["code"].startswith("datasets_")}
+    assert report["ok"]
+    assert warned == {i + 1 for i, c in enumerate(changed) if c}, (
+        f"{shape} {first!r}/{second!r}: load_dataset changed rows {changed}, the validator warned on lines {warned}")

@@ -491,3 +491,52 @@ def test_blank_lines_and_a_bom_are_warnings_for_trl_and_errors_for_openai(tmp_pa
     assert not openai["ok"]
     found = {(p["line"], p["code"], p["severity"]) for p in openai["problems"]}
     assert {(1, "bom", "error"), (1, "blank_line", "error"), (3, "blank_line", "error")} <= found
+
+
+def _pair_calling(arguments):
+    """A trl preference row whose sides are one assistant turn calling lookup_order with ``arguments``."""
+    side = [{"role": "assistant", "content": "Let me look.", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "lookup_order", "arguments": arguments}}]}]
+    return {"prompt": [{"role": "user", "content": "Where is order 7?"}], "chosen": side, "rejected": side}
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("later,code", [({"id": 7.5}, "datasets_int_as_float"),
+                                        ({"id": "null"}, "datasets_decodes_string")])
+def test_a_type_that_changes_between_rows_is_a_warning_at_its_path(tmp_path, later, code):
+    """datasets.load_dataset gives each path one type: 7 next to 7.5 loads as 7.0, "null" next to 7 as None."""
+    report = validate_file(_write(tmp_path / "f.jsonl", [_pair_calling({"id": 7}), _pair_calling(later)]), "trl")
+    assert report["ok"]
+    found = [(p["line"], p["severity"], p["where"]) for p in report["problems"] if p["code"] == code]
+    line = 1 if code == "datasets_int_as_float" else 2  # the value that changes: the integer, the string
+    assert found == [(line, "warning", f"{side}[].tool_calls[].function.arguments.id")
+                     for side in ("chosen", "rejected")]
+
+
+def test_a_type_change_under_json_text_or_one_type_per_path_is_not_reported(tmp_path):
+    """Objects whose keys differ (messages with and without tool_calls) are stored as JSON text and come
+    back as written, whatever they hold; one type per path is typed as written."""
+    messages_rows = []
+    for arguments in ({"id": 7}, {"id": 7.5}, {"id": "null"}):
+        row = trl_messages_good()
+        row["messages"][2]["tool_calls"][0]["function"]["arguments"] = arguments
+        messages_rows.append(row)
+    for rows in (messages_rows, [_pair_calling({"id": 7}), _pair_calling({"id": 8})],
+                 [_pair_calling({"q": "null"}), _pair_calling({"q": "7"})]):
+        report = validate_file(_write(tmp_path / "f.jsonl", rows), "trl")
+        assert not [p for p in report["problems"] if p["code"].startswith("datasets_")], report["problems"]
+
+
+def test_workers_give_the_same_type_change_report(tmp_path, monkeypatch):
+    from whileai_pipeline.core import parallel
+
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 700)
+    rows = [_pair_calling({"id": 7})] * 40 + [_pair_calling({"id": 7.5}), _pair_calling({"id": "true"})] * 3
+    path = _write(tmp_path / "f.jsonl", rows)
+    one, two = validate_file(path, "trl", workers=1), validate_file(path, "trl", workers=2)
+    assert one == two
+    assert {p["code"] for p in one["problems"]} == {"datasets_decodes_string"}  # int, float and string: text

@@ -43,6 +43,9 @@ inside it is learned as the model's own words (an error in a completion, a warni
 where multi-turn pairs have no other shape); ``chat_template_kwargs`` must be an object; a column TRL
 reads in place of the conversation (``input_ids``, ``labels``, masks, reference log-probs) is an
 error. Blank lines and a byte-order mark are warnings here (``datasets`` reads them), errors for openai.
+A value whose type changes from row to row at one path (``arguments.id`` an integer in one row, a float
+or a string in another) is a warning: ``datasets.load_dataset`` gives the path one type and changes the
+value the template renders (``7`` loads as ``7.0``; ``"null"`` as ``None``), see ``datasets_types``.
 
 In the openai format, row keys beyond what the format defines (``loss_mask``, ``reward``, ``lineage``...)
 are reported once per key as a warning (``extra_keys``): OpenAI's per-line schema has only ``messages``,
@@ -59,6 +62,8 @@ from collections import Counter
 from pathlib import Path
 
 import orjson
+
+from .datasets_types import ColumnKinds
 
 FORMATS = ("openai", "trl")
 ROLES = ("system", "user", "assistant", "tool")
@@ -92,7 +97,8 @@ CHECKED_FOR = {
                "tool messages answering an earlier call id, weight 0/1 on assistant turns, tools schema shape."),
     "trl": ("TRL conversational shapes: messages, prompt/completion or prompt/chosen/rejected lists of "
             "messages, tool-call arguments as objects (rendered once by | tojson), prompts ending on a "
-            "user/tool/assistant turn, completions starting with an assistant turn, tools schema shape."),
+            "user/tool/assistant turn, completions starting with an assistant turn, tools schema shape, "
+            "values datasets.load_dataset would change (one type per path across rows)."),
 }
 NOTE_OUR_PREFERENCE = (
     "prompt/chosen/rejected rows are this project's preference shape, not OpenAI's hosted DPO shape "
@@ -579,6 +585,7 @@ class _Report:
         self.problems: list[dict] = []
         self.extra_keys: dict[str, dict] = {}
         self.first_shape = None
+        self.kinds = ColumnKinds() if fmt == "trl" else None  # what datasets' JSON loader changes
 
     def add(self, line, problems, *, row=True, errored=False):
         """Count one line's problems (``errored``: it already had an error the caller took out)."""
@@ -617,6 +624,8 @@ class _Report:
                 self.shaped(line, event[1], event[2], errored=event[3])
 
     def row(self, line, row, strict_keys, before=()):
+        if self.kinds is not None:
+            self.kinds.add(line, row)
         shape, problems = validate_row(row, self.fmt, strict_keys=strict_keys)
         self.shaped(line, shape, [*before, *problems])
 
@@ -634,6 +643,9 @@ class _Report:
 
     def finish(self, path=None) -> dict:
         notes = []
+        if self.kinds is not None:
+            for line, problem in self.kinds.problems():
+                self.add(line, [problem], row=False)
         if self.fmt == "openai" and self.shapes.get("preference"):
             notes.append(NOTE_OUR_PREFERENCE)
         if self.fmt == "openai" and self.rows and self.rows < MIN_EXAMPLES and not self.shapes.get("preference"):
@@ -699,12 +711,15 @@ def validate_file(path, format="openai", *, max_problems=50, strict_keys=False, 
     if n == 1:
         with open(path, "rb") as fh:
             for line_no, raw in enumerate(fh, 1):
-                report.replay(line_no, _line_findings(line_no, raw, format, strict_keys, report.extra_keys))
+                report.replay(line_no, _line_findings(line_no, raw, format, strict_keys, report.extra_keys,
+                                                      report.kinds))
         return report.finish(path)
     with WorkerPool(n) as pool:
         jobs = ((chunk, format, strict_keys) for chunk in line_chunks(path))
-        for findings, extra_keys in pool.ordered(_validate_chunk, path, jobs):
+        for findings, extra_keys, kinds in pool.ordered(_validate_chunk, path, jobs):
             report.merge_extra_keys(extra_keys)
+            if report.kinds is not None:
+                report.kinds.merge(kinds)
             for line_no, event in findings:
                 report.replay(line_no, event)
     return report.finish(path)
@@ -715,14 +730,16 @@ def _validate_chunk(path, chunk, format, strict_keys):
     from .parallel import chunk_lines  # noqa: PLC0415
 
     extra_keys = {}
-    findings = [(line_no, _line_findings(line_no, raw, format, strict_keys, extra_keys))
+    kinds = ColumnKinds() if format == "trl" else None
+    findings = [(line_no, _line_findings(line_no, raw, format, strict_keys, extra_keys, kinds))
                 for line_no, raw in chunk_lines(path, chunk)]
-    return findings, extra_keys
+    return findings, extra_keys, kinds
 
 
-def _line_findings(line_no, raw, format, strict_keys, extra_keys):
+def _line_findings(line_no, raw, format, strict_keys, extra_keys, kinds=None):
     """What one raw line adds to a report: a list of events for ``_Report.replay``.
 
+    ``kinds`` (a ``ColumnKinds``, trl only) is given the parsed row.
     Its ``extra_keys`` problems (one per key per row, most of a row's findings) are counted into
     ``extra_keys`` here and replaced by a flag saying whether one of them was an error.
     """
@@ -755,6 +772,8 @@ def _line_findings(line_no, raw, format, strict_keys, extra_keys):
         events.append(("counted", [*before, {"severity": "error", "code": "bad_json", "where": "",
                                              "message": f"not strict JSON: {exc}"}], False))
         return events
+    if kinds is not None:
+        kinds.add(line_no, row)
     shape, problems = validate_row(row, format, strict_keys=strict_keys)
     kept, errored = [], False
     for p in problems:

@@ -1,0 +1,150 @@
+"""What ``datasets.load_dataset("json", ...)`` does to values whose type changes from row to row.
+
+The JSON loader (datasets 5.2) gives each path of a column one Arrow type. A path whose objects do
+not all have the same keys, or that holds both containers and scalars, is stored as JSON text and
+comes back as written. Any other path is typed from all of its values, and two mixes change values
+without a word (both rendered into the chat template, so both are trained):
+
+* integers and floats at one path: the path is ``float64``, so ``{"id": 7}`` loads as ``{"id": 7.0}``;
+* strings and other scalars at one path: the path is JSON text and a string that is itself JSON
+  text is decoded, so ``{"q": "null"}`` loads as ``{"q": None}`` and ``{"id": "7"}`` as ``{"id": 7}``.
+
+``ColumnKinds`` collects, line by line, the kinds of value seen at each path of the conversational
+columns (list items share one path, as in Arrow); ``problems()`` says which paths the loader will
+change. Pure Python: this mirrors the loader's rules, it does not import it. (The loader decides which
+objects are JSON text from its first 10 MB only; here the whole file decides, so a file over 10 MB can
+still fail to load or lose keys where this check sees objects it keeps as text.)
+"""
+
+from __future__ import annotations
+
+import orjson
+
+COLUMNS = ("messages", "prompt", "completion", "chosen", "rejected", "tools")
+ITEM = "[]"  # a list's items, all at one path
+_CONTAINERS = ("object", "array")
+
+
+def _kind(value) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "object" if isinstance(value, dict) else "array"
+
+
+class ColumnKinds:
+    """Per path: the kinds seen (kind -> first line), key sets of its objects, JSON-text strings."""
+
+    def __init__(self):
+        self.paths: dict[tuple, dict] = {}
+
+    def add(self, line, row):
+        if not isinstance(row, dict):
+            return
+        for column in COLUMNS:
+            if column in row:
+                self._walk(line, (column,), row[column])
+
+    def _walk(self, line, path, value):
+        if value is None:
+            return
+        seen = self.paths.get(path)
+        if seen is None:
+            seen = self.paths[path] = {"kinds": {}, "keys": None, "mixed_keys": False, "json_text": None}
+        kind = _kind(value)
+        seen["kinds"].setdefault(kind, line)
+        if kind == "object":
+            keys = frozenset(value)
+            if seen["keys"] is None:
+                seen["keys"] = keys
+            if keys != seen["keys"] or not keys:
+                seen["mixed_keys"] = True
+            for key, sub in value.items():
+                self._walk(line, (*path, key), sub)
+        elif kind == "array":
+            for item in value:
+                self._walk(line, (*path, ITEM), item)
+        elif kind == "string" and seen["json_text"] is None and _is_json_text(value):
+            seen["json_text"] = (line, value)
+
+    def merge(self, other: ColumnKinds):
+        """Fold in the paths of a later part of the file (a worker's chunk)."""
+        for path, theirs in other.paths.items():
+            mine = self.paths.get(path)
+            if mine is None:
+                self.paths[path] = theirs
+                continue
+            for kind, line in theirs["kinds"].items():
+                if kind not in mine["kinds"] or line < mine["kinds"][kind]:
+                    mine["kinds"][kind] = line
+            if mine["keys"] is None:
+                mine["keys"] = theirs["keys"]
+            elif theirs["keys"] is not None and theirs["keys"] != mine["keys"]:
+                mine["mixed_keys"] = True
+            mine["mixed_keys"] = mine["mixed_keys"] or theirs["mixed_keys"]
+            if theirs["json_text"] and (not mine["json_text"] or theirs["json_text"][0] < mine["json_text"][0]):
+                mine["json_text"] = theirs["json_text"]
+
+    def _kept_as_text(self, seen) -> bool:
+        kinds = seen["kinds"]
+        containers = [k for k in kinds if k in _CONTAINERS]
+        if not containers:
+            return False
+        if len(containers) < len(kinds) or len(containers) == 2:  # containers and scalars, or both containers
+            return True
+        return containers == ["object"] and seen["mixed_keys"]
+
+    def problems(self) -> list[tuple[int, dict]]:
+        """``(line, warning)`` pairs, one per path, in path order; a warning has ``severity``, ``code``,
+        ``where`` and ``message``."""
+        out = []
+        text_paths = {path for path, seen in self.paths.items() if self._kept_as_text(seen)}
+        for path in sorted(self.paths, key=lambda p: tuple(map(str, p))):
+            if any(path[:n] in text_paths for n in range(1, len(path) + 1)):
+                continue  # stored as JSON text: comes back as written
+            kinds = self.paths[path]["kinds"]
+            where = _where(path)
+            if "string" in kinds and len(set(kinds) - {"string"}) and self.paths[path]["json_text"]:
+                line, text = self.paths[path]["json_text"]
+                others = sorted(set(kinds) - {"string"})
+                out.append(_problem(line, "datasets_decodes_string", where,
+                                    f"strings and {', '.join(others)} (first at line {kinds[others[0]]}) at one path: "
+                                    f"datasets.load_dataset stores the path as JSON text and decodes the string {text!r:.40} "
+                                    f"to {_kind_of_text(text)}, which the chat template renders instead; write one "
+                                    "type per path across rows"))
+            elif set(kinds) == {"integer", "number"}:
+                line = kinds["integer"]
+                out.append(_problem(line, "datasets_int_as_float", where,
+                                    f"integers and floats (first float at line {kinds['number']}) at one path: "
+                                    "datasets.load_dataset types the path float64, so an integer such as 7 loads as 7.0 "
+                                    "and is rendered and trained so; write one number type per path across rows"))
+        return out
+
+
+def _is_json_text(text: str) -> bool:
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def _kind_of_text(text: str) -> str:
+    value = orjson.loads(text)
+    return "null" if value is None else f"{_kind(value)} {value!r:.40}"
+
+
+def _where(path) -> str:
+    out = path[0]
+    for part in path[1:]:
+        out += part if part == ITEM else f".{part}"
+    return out
+
+
+def _problem(line, code, where, message) -> tuple[int, dict]:
+    return line, {"severity": "warning", "code": code, "where": where, "message": message}
