@@ -540,3 +540,15 @@ def test_workers_give_the_same_type_change_report(tmp_path, monkeypatch):
     one, two = validate_file(path, "trl", workers=1), validate_file(path, "trl", workers=2)
     assert one == two
     assert {p["code"] for p in one["problems"]} == {"datasets_decodes_string"}  # int, float and string: text
+
+
+def test_tools_that_differ_only_in_a_number_type_are_still_read(tmp_path):
+    """Rows usually repeat one tools list, which the check reads once; 7 next to 7.0 is still a change."""
+    def row(default):
+        tools = [{"type": "function", "function": {"name": "lookup_order", "parameters": {
+            "type": "object", "properties": {"id": {"type": "integer", "default": default}}}}}]
+        return {**_pair_calling({"id": 7}), "tools": tools}
+
+    report = validate_file(_write(tmp_path / "f.jsonl", [row(7), row(7), row(7.0)]), "trl")
+    found = [(p["line"], p["where"]) for p in report["problems"] if p["code"] == "datasets_int_as_float"]
+    assert found == [(1, "tools[].function.parameters.properties.id.default")]

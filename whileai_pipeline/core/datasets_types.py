@@ -23,6 +23,7 @@ import orjson
 COLUMNS = ("messages", "prompt", "completion", "chosen", "rejected", "tools")
 ITEM = "[]"  # a list's items, all at one path
 _CONTAINERS = ("object", "array")
+_JSON_STARTS = frozenset('{["-0123456789tfn')
 
 
 def _kind(value) -> str:
@@ -42,20 +43,33 @@ class ColumnKinds:
 
     def __init__(self):
         self.paths: dict[tuple, dict] = {}
+        self._last_tools = None  # the JSON of the last ``tools`` walked
 
     def add(self, line, row):
         if not isinstance(row, dict):
             return
         for column in COLUMNS:
             if column in row:
-                self._walk(line, (column,), row[column])
+                value = row[column]
+                if column == "tools":  # every row of a run carries the same tools: walking them again adds nothing
+                    try:
+                        text = orjson.dumps(value)  # not ==, which holds 7 == 7.0 == True
+                    except (orjson.JSONEncodeError, TypeError):
+                        text = None
+                    if text is not None and text == self._last_tools:
+                        continue
+                    self._last_tools = text
+                self._walk(line, (column,), value)
 
     def _walk(self, line, path, value):
         if value is None:
             return
         seen = self.paths.get(path)
         if seen is None:
-            seen = self.paths[path] = {"kinds": {}, "keys": None, "mixed_keys": False, "json_text": None}
+            seen = self.paths[path] = {"kinds": {}, "keys": None, "mixed_keys": False, "json_text": None,
+                                       "text": False}
+        elif seen["text"]:
+            return  # the loader keeps this path as JSON text whatever later rows hold: nothing below changes
         kind = _kind(value)
         seen["kinds"].setdefault(kind, line)
         if kind == "object":
@@ -64,11 +78,19 @@ class ColumnKinds:
                 seen["keys"] = keys
             if keys != seen["keys"] or not keys:
                 seen["mixed_keys"] = True
+            if _kept_as_text(seen):
+                seen["text"] = True  # for good: a path only gains kinds and key sets
+                return
             for key, sub in value.items():
                 self._walk(line, (*path, key), sub)
         elif kind == "array":
+            if _kept_as_text(seen):
+                seen["text"] = True
+                return
             for item in value:
                 self._walk(line, (*path, ITEM), item)
+        elif seen["text"] is False and len(seen["kinds"]) > 1 and _kept_as_text(seen):
+            seen["text"] = True
         elif kind == "string" and seen["json_text"] is None and _is_json_text(value):
             seen["json_text"] = (line, value)
 
@@ -87,23 +109,15 @@ class ColumnKinds:
             elif theirs["keys"] is not None and theirs["keys"] != mine["keys"]:
                 mine["mixed_keys"] = True
             mine["mixed_keys"] = mine["mixed_keys"] or theirs["mixed_keys"]
+            mine["text"] = _kept_as_text(mine)
             if theirs["json_text"] and (not mine["json_text"] or theirs["json_text"][0] < mine["json_text"][0]):
                 mine["json_text"] = theirs["json_text"]
-
-    def _kept_as_text(self, seen) -> bool:
-        kinds = seen["kinds"]
-        containers = [k for k in kinds if k in _CONTAINERS]
-        if not containers:
-            return False
-        if len(containers) < len(kinds) or len(containers) == 2:  # containers and scalars, or both containers
-            return True
-        return containers == ["object"] and seen["mixed_keys"]
 
     def problems(self) -> list[tuple[int, dict]]:
         """``(line, warning)`` pairs, one per path, in path order; a warning has ``severity``, ``code``,
         ``where`` and ``message``."""
         out = []
-        text_paths = {path for path, seen in self.paths.items() if self._kept_as_text(seen)}
+        text_paths = {path for path, seen in self.paths.items() if _kept_as_text(seen)}
         for path in sorted(self.paths, key=lambda p: tuple(map(str, p))):
             if any(path[:n] in text_paths for n in range(1, len(path) + 1)):
                 continue  # stored as JSON text: comes back as written
@@ -126,7 +140,21 @@ class ColumnKinds:
         return out
 
 
+def _kept_as_text(seen) -> bool:
+    """Whether the loader stores a path as JSON text: it held containers and scalars, objects and
+    arrays, or objects whose keys differ."""
+    kinds = seen["kinds"]
+    containers = [k for k in kinds if k in _CONTAINERS]
+    if not containers:
+        return False
+    if len(containers) < len(kinds) or len(containers) == 2:
+        return True
+    return containers == ["object"] and seen["mixed_keys"]
+
+
 def _is_json_text(text: str) -> bool:
+    if text.lstrip()[:1] not in _JSON_STARTS:  # most strings: no exception to build
+        return False
     try:
         orjson.loads(text)
     except orjson.JSONDecodeError:
