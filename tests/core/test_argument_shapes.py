@@ -60,12 +60,53 @@ def test_a_profile_whose_tools_are_a_string_is_refused():
 
 
 @pytest.mark.parametrize("source, hint", [(ROW, r"got dict \(one row\?\): wrap it in a list"),
-                                          (dumps(ROW), "got bytes: pass the file's path")])
-def test_a_source_that_is_one_row_or_bytes_is_refused(tmp_path, source, hint):
-    # the reference iterates it: a dict's keys or a byte string's integers, all skipped, and an empty file
+                                          (dumps(ROW), "got bytes: pass the file's path"),
+                                          (7, "got int: pass the file's path")])
+@pytest.mark.parametrize("call", ["export_dataset", "training_rows"])
+def test_a_source_that_is_one_row_bytes_or_no_rows_at_all_is_refused(tmp_path, source, hint, call):
+    # the reference iterates it: a dict's keys or a byte string's integers, all skipped, and an empty
+    # file; a number it cannot iterate fails deep inside with "'int' object is not iterable"
     with pytest.raises(wai.ExportError, match=rf"^source must be rows, a run or a JSONL path, {hint}"):
-        wai.export_dataset(source, tmp_path / "out.jsonl")
+        if call == "export_dataset":
+            wai.export_dataset(source, tmp_path / "out.jsonl")
+        else:
+            wai.training_rows(source)
     assert list(tmp_path.iterdir()) == []
+
+
+def _run_file(tmp_path):
+    run = tmp_path / "run.jsonl"
+    wai.write_jsonl(run, [ROW, dict(ROW, final_text="No idea.", reward=0)])
+    return run
+
+
+@pytest.mark.parametrize("as_given", [str, lambda path: path, lambda path: os.fsencode(path),
+                                      lambda path: ROW])
+def test_build_preference_pairs_refuses_a_path_or_one_row_instead_of_pairing_nothing(tmp_path, as_given):
+    """A path's characters (or a row's keys) are no rows: the reference pairs nothing and blames the data."""
+    run = _run_file(tmp_path)
+    pairs, _ = wai.build_preference_pairs(wai.read_jsonl(run))
+    assert len(pairs) == 1  # the rows themselves do pair
+    with pytest.raises(wai.ExportError, match=r"^build_preference_pairs takes rows, got \w+.*: (for a JSONL run "
+                                              r"pass read_jsonl\(path\)|pass a list of rows)"):
+        wai.build_preference_pairs(as_given(run))
+
+
+@pytest.mark.parametrize("cap", ["x", [100], {}])
+@pytest.mark.parametrize("with_tools", [True, False])
+def test_a_max_tool_output_chars_that_is_no_number_is_refused_before_any_row(tmp_path, cap, with_tools):
+    # it used to fail as a bare "invalid literal for int()" at the first tool message, or pass unseen
+    run = tmp_path / "run.jsonl"
+    row = ROW if with_tools else {"prompt": "Hi", "final_text": "Hello.", "reward": 1}
+    wai.write_jsonl(run, [row])
+    out = tmp_path / "out.jsonl"
+    hint = r"^max_tool_output_chars must be a whole number of characters, got .*: pass e\.g\. max_tool_output_chars="
+    with pytest.raises(wai.ExportError, match=hint):
+        wai.export_dataset(run, out, max_tool_output_chars=cap)
+    with pytest.raises(wai.ExportError, match=hint):
+        wai.training_rows(run, max_tool_output_chars=cap)
+    assert not out.exists()
+    assert wai.export_dataset(run, out, max_tool_output_chars="5")["n_written"] == 1  # what int() reads still goes
 
 
 def test_a_tilde_in_a_path_is_the_home_directory(tmp_path, monkeypatch):

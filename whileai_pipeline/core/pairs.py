@@ -21,6 +21,7 @@ from pathlib import Path
 
 import orjson
 
+from .errors import ExportError
 from .gates import scrub
 from .groups import KeyIndex
 from .parallel import PartFiles, append_part
@@ -461,6 +462,7 @@ def pairs_report(plan, prompts_seen, with_contrast, min_margin):
 def build_preference_pairs(rows, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True):
     """Spec 8.2: (pairs, report). Each pair holds the chosen and rejected rows themselves."""
     check_min_margin(min_margin)
+    _check_rows(rows)
     rows = list(rows)
     table = SummaryTable()  # the rows are held anyway: the table is what the file path keeps, not a saving here
     for i, row in enumerate(rows):
@@ -470,6 +472,18 @@ def build_preference_pairs(rows, *, max_pairs_per_prompt=1, min_margin=1.0, leng
     plan = table.plan(max_pairs_per_prompt=max_pairs_per_prompt, min_margin=min_margin, length_match=length_match)
     pairs = [pair_fields(c, r, rows[c.index], rows[r.index]) for c, r in plan.pairs()]
     return pairs, pairs_report(plan.pairs(), plan.prompts_seen, plan.with_contrast, min_margin)
+
+
+def _check_rows(rows):
+    """Refuse what ``list(rows)`` would misread without a word: a path's characters or a row's keys are
+    no rows, so the reference pairs nothing and reports "no contrast"."""
+    if isinstance(rows, (str, bytes, bytearray, os.PathLike)):
+        raise ExportError(f"build_preference_pairs takes rows, got {type(rows).__name__} {rows!r:.60}: for a JSONL "
+                          "run pass read_jsonl(path), or build the pairs file to file with build_pairs_file")
+    if isinstance(rows, dict) or not hasattr(rows, "__iter__"):
+        raise ExportError(f"build_preference_pairs takes rows, got {type(rows).__name__}"
+                          + (" (one row?): pass a list of rows" if isinstance(rows, dict) else
+                             ": pass a list of row dicts, or read_jsonl(path) for a JSONL run"))
 
 
 # ---------------------------------------------------------------- pairwise judge

@@ -6,7 +6,7 @@ from .gates import scrub
 from .groups import stamp_groups
 from .masks import check_mask_mode, loss_mask, unroll as unroll_entry
 from .runs import resolve_source
-from .wire import WireStats, to_wire
+from .wire import WireStats, check_tool_output_cap, to_wire
 
 MESSAGE_EXAMPLES = 5
 SCHEMA_KEY, SCHEMA_VERSION = "schema_version", "1"
@@ -135,6 +135,7 @@ def iter_training_rows(source, *, system_prompt=None, tools=None, strip_think=Tr
                        mask_mode="assistant", unroll=False, max_tool_output_chars=None):
     """Training rows one at a time, without group stamping (that needs every row's reward)."""
     check_mask_mode(mask_mode)
+    check_tool_output_cap(max_tool_output_chars)
     src = resolve_source(source, system_prompt, tools)
     for position, raw in src.numbered():
         if isinstance(raw, dict):

@@ -175,7 +175,7 @@ def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True, list
             found_system, found_tools, _meta = read_sidecar(path)
             system_from = tools_from = "sidecar"
     else:
-        if isinstance(source, (dict, bytes, bytearray)):
+        if isinstance(source, (dict, bytes, bytearray)) or not hasattr(source, "__iter__"):
             raise ExportError(
                 f"source must be rows, a run or a JSONL path, got {type(source).__name__}"
                 + (" (one row?): wrap it in a list" if isinstance(source, dict) else

@@ -41,7 +41,7 @@ from .trl import (
     trl_completion_row,
     trl_training_row,
 )
-from .wire import ObjectTexts, has_tool_calls
+from .wire import ObjectTexts, check_tool_output_cap, has_tool_calls
 
 
 class _SftPlan:
@@ -440,6 +440,7 @@ def _export(source, outputs, system_prompt, tools, strip_think, validate, mask_m
     """``export_dataset`` for every ``{format: output}`` at once; returns ``{format: report}``."""
     started = time.perf_counter()
     check_mask_mode(mask_mode)
+    check_tool_output_cap(max_tool_output_chars)
     src = resolve_source(source, system_prompt, tools)
     dests = {fmt: destination(output, src.path) for fmt, output in outputs.items()}
     if src.path is not None:

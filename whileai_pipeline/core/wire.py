@@ -200,6 +200,19 @@ def content_text(content) -> str:
     return pyjson(content)
 
 
+def check_tool_output_cap(cap):
+    """Refuse a ``max_tool_output_chars`` that ``int()`` cannot read, once, before any row: the cut
+    (``cut_tool_output``) meets it only at the first tool message, as a bare ``int()`` error."""
+    if cap is None:
+        return
+    try:
+        int(cap)
+    except (TypeError, ValueError):
+        raise ExportError(f"max_tool_output_chars must be a whole number of characters, got {type(cap).__name__} "
+                          f"{cap!r:.40}: pass e.g. max_tool_output_chars=2000, or None to keep tool outputs "
+                          "whole") from None
+
+
 def cut_tool_output(content: str, cap):
     """Apply ``max_tool_output_chars`` (spec 3.7); returns (content, was_cut, chars_cut)."""
     if cap is None:
