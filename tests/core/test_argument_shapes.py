@@ -109,6 +109,16 @@ def test_a_max_tool_output_chars_that_is_no_number_is_refused_before_any_row(tmp
     assert wai.export_dataset(run, out, max_tool_output_chars="5")["n_written"] == 1  # what int() reads still goes
 
 
+def test_an_output_that_is_the_working_directory_is_said_to_be_a_directory(tmp_path, monkeypatch):
+    """Renaming onto "." fails as EBUSY ("Device or resource busy"), which says nothing of the mistake."""
+    run = _run_file(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(wai.WriteFailedError, match=r"^write_failed: \.: Is a directory; nothing was published .*"
+                                                   r"Name a file, not a directory, as the output"):
+        wai.export_dataset(run, ".")
+    assert sorted(os.listdir(tmp_path)) == ["run.jsonl"]
+
+
 def test_a_tilde_in_a_path_is_the_home_directory(tmp_path, monkeypatch):
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()

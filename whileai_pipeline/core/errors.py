@@ -1,6 +1,7 @@
 """Errors a user can cause. Each message starts with a stable token callers can match on (DECISIONS 14)."""
 
 import errno
+import os
 
 
 class ExportError(ValueError):
@@ -50,15 +51,18 @@ class WriteFailedError(ExportError):
     def __init__(self, dest, exc, published=()):
         self.dest = str(dest)
         self.reason = exc
-        advice = _WRITE_ADVICE.get(getattr(exc, "errno", None),
-                                   "Free disk space or choose a writable output directory")
+        code = getattr(exc, "errno", None)
+        if os.path.isdir(dest):  # renaming onto "." or a mount point fails as EBUSY, not EISDIR
+            code = errno.EISDIR
+        advice = _WRITE_ADVICE.get(code, "Free disk space or choose a writable output directory")
+        said = os.strerror(code) if code == errno.EISDIR else exc.strerror or exc
         if published:  # an export in several formats puts its files in place one after the other
             what = (f"this file was not published and any previous one there is unchanged, but "
                     f"{', '.join(map(str, published))} {'was' if len(published) == 1 else 'were'} already "
                     "published by the same call")
         else:
             what = "nothing was published and any previous file there is unchanged"
-        super().__init__(f"write_failed: {dest}: {exc.strerror or exc}; {what}. {advice}, then export again.")
+        super().__init__(f"write_failed: {dest}: {said}; {what}. {advice}, then export again.")
 
 
 _WRITE_ADVICE = {
