@@ -119,6 +119,15 @@ def test_an_output_that_is_the_working_directory_is_said_to_be_a_directory(tmp_p
     assert sorted(os.listdir(tmp_path)) == ["run.jsonl"]
 
 
+def test_judge_pairs_says_what_to_do_with_entries_that_are_not_pairs():
+    def judge(a, b):
+        return {"winner": "A"}
+
+    with pytest.raises(ValueError, match=r"^1 entries are not pairs \(need chosen/rejected rows\); first at 1 "
+                                         r"\(index of the pairs given\): build pairs with build_preference_pairs"):
+        wai.judge_pairs([PAIR, ROW], judge)
+
+
 def test_a_tilde_in_a_path_is_the_home_directory(tmp_path, monkeypatch):
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()

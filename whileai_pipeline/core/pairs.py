@@ -540,7 +540,8 @@ def judge_pairs(pairs, judge=None, *, swap=True, concurrency=8, examples=10, pos
     entries = [p for p in pairs if isinstance(p, dict)]
     bad = [i for i, p in enumerate(entries) if not is_pair(p)]
     if bad:
-        raise ValueError(f"{len(bad)} entries are not pairs (need chosen/rejected rows); first at {bad[0]}")
+        raise ValueError(f"{len(bad)} entries are not pairs (need chosen/rejected rows); first at {bad[0]} (index "
+                         "of the pairs given): build pairs with build_preference_pairs, or leave those entries out")
     for pair, answers in _asked(judging, entries, concurrency):
         judging.record(pair, answers)
     return entries, judging.report(position_flip_flag, prefers_rejected_flag)
