@@ -377,7 +377,8 @@ def test_preference_note_and_format_argument():
     assert report["ok"] and report["shapes"] == {"preference": 1}
     assert "not OpenAI's hosted DPO shape" in report["notes"][0]
     assert FORMATS == ("openai", "trl")
-    with pytest.raises(ValueError, match="format must be one of"):
+    with pytest.raises(ValueError, match=r"format must be one of .*, got 'jsonl': pass format='openai' .* or "
+                                         r"format='trl'"):
         validate_rows([], "jsonl")
     with pytest.raises(FileNotFoundError):
         validate_file("/nonexistent/x.jsonl", "openai")

@@ -561,10 +561,15 @@ def _pair_keys():
     return frozenset(PAIR_KEYS) | {"schema_version"}
 
 
+def _check_format(format):
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}: pass format='openai' (OpenAI's "
+                         "fine-tuning files) or format='trl' (TRL's conversational shapes)")
+
+
 def validate_row(row, format="openai", *, strict_keys=False) -> tuple[str, list[dict]]:
     """(shape, problems) of one parsed row; problems have ``severity``, ``code``, ``where``, ``message``."""
-    if format not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    _check_format(format)
     checker = _Row(format, strict_keys)
     if not isinstance(row, dict):
         checker.error("not_an_object", "", f"each line must be a JSON object, got {_type(row)}")
@@ -681,8 +686,7 @@ class _Report:
 
 def validate_rows(rows, format="openai", *, max_problems=50, strict_keys=False) -> dict:
     """Validate parsed rows (an iterable of dicts); line numbers are 1-based positions."""
-    if format not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    _check_format(format)
     report = _Report(format, max_problems)
     for line, row in enumerate(rows, 1):
         report.row(line, row, strict_keys)
@@ -699,8 +703,7 @@ def validate_file(path, format="openai", *, max_problems=50, strict_keys=False, 
     ``checked_for``. A missing file raises ``FileNotFoundError``. A big file is read by worker
     processes (``workers`` as for ``export_dataset``); the report is the same.
     """
-    if format not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    _check_format(format)
     from .jsonl import require_file  # noqa: PLC0415
     from .parallel import WorkerPool, line_chunks, workers_for  # noqa: PLC0415 (only files need it)
 
