@@ -11,15 +11,23 @@ import pytest
 
 from whileai_pipeline.core.openai_format import (
     FORMATS,
+    _Report,
     format_report,
     validate_file,
     validate_row,
-    validate_rows,
 )
 
 TOOLS = [{"type": "function", "function": {
     "name": "lookup_order", "description": "Look an order up.",
     "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}}}]
+
+
+def validate_rows(rows, format="openai", *, max_problems=50):
+    """The file report over rows in memory, line numbers being 1-based positions (validate_file's counting)."""
+    report = _Report(format, max_problems)
+    for line, row in enumerate(rows, 1):
+        report.row(line, row, False)
+    return report.finish()
 
 
 def openai_good():
@@ -379,7 +387,7 @@ def test_preference_note_and_format_argument():
     assert FORMATS == ("openai", "trl")
     with pytest.raises(ValueError, match=r"format must be one of .*, got 'jsonl': pass format='openai' .* or "
                                          r"format='trl'"):
-        validate_rows([], "jsonl")
+        validate_file("/nonexistent/x.jsonl", "jsonl")
     with pytest.raises(FileNotFoundError):
         validate_file("/nonexistent/x.jsonl", "openai")
 

@@ -2,12 +2,18 @@
 
 from hypothesis import given, settings, strategies as st
 
-from whileai_pipeline.core.gates import leak_haystack, leak_verdict
+from whileai_pipeline.core.gates import _lowered_replies, leak_verdict
 from whileai_pipeline.core.text import normalize
 
 # Letters whose case mapping is unusual (final sigma, dotted I, ligatures), and assorted whitespace.
 ALPHABET = st.sampled_from(list("abcXYZ Σσςİıßẞﬁǅ\u00a0\u2003\t\n\r\x1c.,-:") + ["ΟΔΟΣ", "İstanbul", "STRASSE"])
 TEXT = st.lists(ALPHABET, max_size=40).map("".join)
+
+
+def leak_haystack(row) -> str:
+    """What the trainer would imitate (final_text and every assistant turn, opener included), normalized
+    whole: what leak_verdict searches when its shortcut does not apply."""
+    return normalize(_lowered_replies(row, None))
 
 
 def _slow_verdict(row, min_len=12):

@@ -75,11 +75,3 @@ def bridge_tool_trace(row):
         if isinstance(el, dict)
     ]
     return {**row, "steps": steps}
-
-
-def row_messages(row) -> list:
-    """The row's own ``messages`` when it has a non-empty list, else the rebuilt conversation."""
-    messages = row.get("messages")
-    if messages:
-        return messages
-    return conversation(row)

@@ -198,14 +198,6 @@ def _needles(privileged, min_len):
     return needles
 
 
-def leak_haystack(row, rebuilt=None) -> str:
-    """What the trainer would imitate: final_text and every assistant turn, opener included.
-
-    ``rebuilt`` is ``conversation(row)`` when the caller already has it.
-    """
-    return normalize(_lowered_replies(row, rebuilt))
-
-
 def _lowered_replies(row, rebuilt):
     parts = [text(row.get("final_text") or "")]
     messages = row.get("messages")

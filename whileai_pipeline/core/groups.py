@@ -16,7 +16,6 @@ from .text import text
 
 PASS_THRESHOLD = 0.5
 SPILL_ROWS = 1 << 16
-GROUP_FIELDS = ("group_id", "k", "n0", "n1", "reward_mean", "reward_std")
 
 
 def numeric_reward(value):

@@ -85,7 +85,6 @@ TRL_SHAPES = {
     frozenset({"chosen", "rejected"}): "preference_implicit_prompt",
     frozenset({"prompt", "completion", "label"}): "unpaired_preference",
 }
-TRL_ROW_KEYS = frozenset(TRL_KEYS) | {"tools", "chat_template_kwargs", "images", "image"}
 # Columns SFTTrainer / DPOTrainer read when present: "input_ids" makes SFTTrainer skip tokenizing the
 # conversation, "labels" / masks replace the ones it would build, ref logps replace the reference model's.
 TRL_READ_COLUMNS = ("input_ids", "labels", "attention_mask", "assistant_masks", "completion_mask",
@@ -682,15 +681,6 @@ class _Report:
             "checked_for": CHECKED_FOR[self.fmt],
         }
         return report
-
-
-def validate_rows(rows, format="openai", *, max_problems=50, strict_keys=False) -> dict:
-    """Validate parsed rows (an iterable of dicts); line numbers are 1-based positions."""
-    _check_format(format)
-    report = _Report(format, max_problems)
-    for line, row in enumerate(rows, 1):
-        report.row(line, row, strict_keys)
-    return report.finish()
 
 
 def validate_file(path, format="openai", *, max_problems=50, strict_keys=False, workers=None) -> dict:

@@ -24,7 +24,7 @@ import numbers
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Callable
 
 from .groups import PASS_THRESHOLD, KeyIndex, key_digest, numeric_reward, task_key
 
@@ -137,10 +137,6 @@ class Scorer:
             out["label_source"] = self.name
         out["scorer"] = self.name
         return out
-
-    def score_rows(self, rows: Iterable) -> Iterator:
-        for row in rows:
-            yield self.score_row(row) if isinstance(row, dict) else row
 
 
 def resolve_scorer(spec: str = "existing") -> Scorer:
