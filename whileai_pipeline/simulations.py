@@ -10,15 +10,12 @@ from .core.errors import (BadJsonlError, BadRowError, ExportError, GateError, No
                           WorkerLostError, WriteFailedError)
 from .core.export import (export_dataset, export_datasets, export_preference, export_preferences, export_training,
                           iter_training_rows, training_rows)
-from .core.gates import leak_report, scrub, tool_call_roundtrip
+from .core.gates import FORMATS as EXPORT_FORMATS, leak_report, scrub, tool_call_roundtrip
 from .core.jsonl import read_jsonl, write_jsonl
-from .core.masks import loss_mask
+from .core.masks import MASK_MODES, loss_mask
 from .core.pairs import build_preference_pairs, judge_pairs
 from .core.runs import Profile, Run, load_run, sidecar_path
 from .core.trl import to_trl
-
-EXPORT_FORMATS = ("openai", "trl")
-MASK_MODES = ("assistant", "final")
 
 __all__ = [
     "BadJsonlError", "BadRowError", "EXPORT_FORMATS", "ExportError", "GateError", "MASK_MODES", "NoPreferencePairsError",

@@ -24,9 +24,8 @@ from typing import List, Optional
 import dagster as dg
 from pydantic import Field, field_validator
 
+from whileai_pipeline.core.gates import FORMATS
 from whileai_pipeline.core.scoring import BUILTIN_SCORERS
-
-FORMATS = ("openai", "trl")
 
 
 class OnBadLine(enum.Enum):
