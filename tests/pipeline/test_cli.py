@@ -414,3 +414,12 @@ def test_a_bad_cron_variable_is_bad_usage_naming_the_variable(home, tmp_path):
     assert proc.stderr.startswith("whileai-pipeline: error: $WHILEAI_PIPELINE_CRON must be a cron expression"), \
         proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_bad_workers_variable_is_bad_usage_before_anything_runs(home, tmp_path):
+    """It failed the run's first step after registering the run (exit 1), the message behind a class path."""
+    proc = cli(["demo"], home, tmp_path, extra_env={"WHILEAI_PIPELINE_WORKERS": "two"})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("whileai-pipeline: error: $WHILEAI_PIPELINE_WORKERS must be a whole number of "
+                                  "worker processes"), proc.stderr
+    assert proc.stdout == "" and not (home / "inbox").exists()

@@ -61,8 +61,8 @@ def workers_for(path, requested=None) -> int:
 
     Always one when this process may not start workers (``can_start_workers``).
     """
-    if requested is None and os.environ.get(ENV_WORKERS):
-        requested = _count(os.environ[ENV_WORKERS], f"${ENV_WORKERS}", "; unset it to choose by file size and cores")
+    if requested is None:
+        requested = env_workers()
     if requested is not None:
         n = max(1, _count(requested, "workers", ""))
         return n if n == 1 or can_start_workers() else 1
@@ -74,6 +74,14 @@ def workers_for(path, requested=None) -> int:
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # macOS
     return max(1, min(cores, 4))
+
+
+def env_workers():
+    """``$WHILEAI_PIPELINE_WORKERS`` as a number of processes, None when unset; an ExportError naming the
+    variable when it is not a whole number."""
+    if not os.environ.get(ENV_WORKERS):
+        return None
+    return _count(os.environ[ENV_WORKERS], f"${ENV_WORKERS}", "; unset it to choose by file size and cores")
 
 
 def _count(value, name, hint):
