@@ -18,13 +18,13 @@ Dagster run config, sending shared names (formats, strip_think, validate) to bot
 """
 
 import enum
-import math
 from typing import List, Optional
 
 import dagster as dg
 from pydantic import Field, field_validator
 
 from whileai_pipeline.core.gates import FORMATS
+from whileai_pipeline.core.pairs import check_min_margin
 from whileai_pipeline.core.scoring import BUILTIN_SCORERS
 
 
@@ -101,10 +101,7 @@ class PairsConfig(dg.Config):
     @field_validator("min_margin")
     @classmethod
     def _margin(cls, value):
-        if not value > 0:
-            raise ValueError("min_margin must be positive; equal scores carry no preference")
-        if math.isinf(value):
-            raise ValueError("min_margin must be finite: no pair of rewards is an infinite margin apart")
+        check_min_margin(value)  # the library's rule, so a run config fails where build_preference_pairs would
         return value
 
     @field_validator("max_pairs_per_prompt", "judge_concurrency")
