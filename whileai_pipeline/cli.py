@@ -160,7 +160,7 @@ def _register(storage, instance, path, name=None) -> str:
     return key
 
 
-def _export_lines(result, storage, key):
+def _export_lines(result):
     """One line per export format: where it went (after a line on quarantined input, if any)."""
     lines = []
     for event in result.get_asset_materialization_events():
@@ -308,7 +308,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
                   "one. Free space, or pass --home on a disk with room, and run again.", file=sys.stderr)
             return EXIT_FAILED
     print(f"dagster run {result.run_id} ({'success' if result.success else 'FAILED'})", file=out)
-    for line in _export_lines(result, storage, key):
+    for line in _export_lines(result):
         print(line, file=out)
     if result.success:
         return EXIT_OK
