@@ -250,7 +250,7 @@ def test_checks_without_a_materialization_fail_at_their_own_severity(chain, monk
     checks are made to find no materialization: a run of the checks alone needs a partitioned job.)"""
     from whileai_pipeline.defs import checks as checks_module
 
-    monkeypatch.setattr(checks_module, "_latest_metadata", lambda context, asset_key: (None, None))
+    monkeypatch.setattr(checks_module, "_report_metadata", lambda context, asset_key: (None, None))
     key = chain.register()
     result = chain.materialize(key)
     checks = {name: (ev.passed, ev.severity) for (asset, name), ev in check_results(result).items()

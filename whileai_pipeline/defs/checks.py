@@ -24,7 +24,7 @@ from .partitions import simulation_runs
 ERROR, WARN = dg.AssetCheckSeverity.ERROR, dg.AssetCheckSeverity.WARN
 
 
-def _latest_metadata(context, asset_key):
+def _report_metadata(context, asset_key):
     """This run's materialization of the export (so two overlapping runs never judge each other's
     report); the partition's latest one when the check runs without its asset."""
     own = [
@@ -161,7 +161,7 @@ def _gate_check(asset_def, gate):
     asset_key = asset_def.key
 
     def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        metadata, run_id = _latest_metadata(context, asset_key)
+        metadata, run_id = _report_metadata(context, asset_key)
         if metadata is None:
             return _no_materialization(asset_key, context.partition_key)
         return _RESULTS[gate](metadata, run_id)
@@ -184,7 +184,7 @@ def _consumer_format_check(asset_def):
     asset_key = asset_def.key
 
     def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        metadata, run_id = _latest_metadata(context, asset_key)
+        metadata, run_id = _report_metadata(context, asset_key)
         if metadata is None:  # non-blocking, as its every other outcome
             return _no_materialization(asset_key, context.partition_key, WARN)
         out, problems, checked = {}, [], 0
