@@ -1,4 +1,4 @@
-"""The README's library examples run as written."""
+"""The README's library examples run as written, and the docs that repeat README sections repeat them exactly."""
 
 import re
 from pathlib import Path
@@ -21,3 +21,26 @@ def test_library_examples_run(capsys):
     out = capsys.readouterr().out
     assert "'field': 'reference'" in out          # the leak example printed what the gate caught
     assert namespace["report"]["n_written"] == 4
+
+
+# docs/pipeline.md's "The UI" is the short form of the README's (no pictures, no UI test)
+SHORT_FORMS = {("pipeline.md", "The UI")}
+
+
+def _sections(text):
+    """{heading: text up to the next heading of any level} of every ##, ### and #### section."""
+    parts = re.split(r"(?m)^#{2,4} (.*)$", text)
+    return dict(zip(parts[1::2], (body.strip() for body in parts[2::2])))
+
+
+def test_the_docs_repeat_the_readme_sections_they_share():
+    readme_text = DOC.read_text(encoding="utf-8")
+    readme = _sections(readme_text)
+    for name in ("pipeline.md", "deploying.md", "consumers.md"):
+        doc = _sections((DOC.parent / "docs" / name).read_text(encoding="utf-8"))
+        shared = [heading for heading in doc if heading in readme and (name, heading) not in SHORT_FORMS]
+        assert len(shared) >= 4, name
+        for heading in shared:
+            assert doc[heading] == readme[heading], f"docs/{name}: section {heading!r} differs from the README's"
+    consumers = "## Proven in its consumers" + readme_text.split("## Proven in its consumers", 1)[1].split("\n## ", 1)[0]
+    assert (DOC.parent / "docs" / "consumers.md").read_text(encoding="utf-8").strip() == consumers.strip()
