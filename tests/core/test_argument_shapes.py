@@ -128,6 +128,17 @@ def test_judge_pairs_says_what_to_do_with_entries_that_are_not_pairs():
         wai.judge_pairs([PAIR, ROW], judge)
 
 
+@pytest.mark.parametrize("sidecar", [b"{system_prompt: oops", b"[]", b'{"tools": "lookup"}'])
+def test_a_bad_sidecar_is_an_export_error_like_every_other_refusal(tmp_path, sidecar):
+    """It was a plain ValueError, which ``except wai.ExportError`` (the base of the library's errors) missed."""
+    run = _run_file(tmp_path)
+    (tmp_path / "run.meta.json").write_bytes(sidecar)
+    with pytest.raises(wai.ExportError, match=rf"^bad_sidecar: {tmp_path / 'run.meta.json'}: .*; fix or delete the "
+                                              "sidecar"):
+        wai.export_dataset(run, tmp_path / "out.jsonl")
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 def test_a_tilde_in_a_path_is_the_home_directory(tmp_path, monkeypatch):
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()

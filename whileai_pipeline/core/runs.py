@@ -68,25 +68,25 @@ def read_sidecar(path):
 
 
 def read_sidecar_file(meta):
-    """(system_prompt, tools) of a sidecar file, checked; ValueError (``bad_sidecar``) says what is wrong."""
+    """(system_prompt, tools) of a sidecar file, checked; an ExportError (``bad_sidecar:``) says what is wrong."""
     try:
         data = read_json(meta)
     except ValueError as exc:
         reason = getattr(exc, "reason", exc)  # a BadJsonlError's own words, without its advice about lines
-        raise ValueError(f"bad_sidecar: {meta}: not valid JSON ({reason}); fix or delete the sidecar") from None
+        raise ExportError(f"bad_sidecar: {meta}: not valid JSON ({reason}); fix or delete the sidecar") from None
     if not isinstance(data, dict):
-        raise ValueError(f"bad_sidecar: {meta}: expected a JSON object with system_prompt and tools, "
+        raise ExportError(f"bad_sidecar: {meta}: expected a JSON object with system_prompt and tools, "
                          f"got {type(data).__name__}; fix or delete the sidecar")
     tools = data.get("tools")
     if tools is not None and not isinstance(tools, list):
-        raise ValueError(f"bad_sidecar: {meta}: 'tools' must be a list of tool schemas, got "
+        raise ExportError(f"bad_sidecar: {meta}: 'tools' must be a list of tool schemas, got "
                          f"{type(tools).__name__}; fix or delete the sidecar")
     if tools and (i := _first_non_schema(tools)) is not None:
-        raise ValueError(f"bad_sidecar: {meta}: 'tools' must be a list of tool schemas (JSON objects), but "
+        raise ExportError(f"bad_sidecar: {meta}: 'tools' must be a list of tool schemas (JSON objects), but "
                          f"item {i} is {type(tools[i]).__name__} {tools[i]!r:.60}; fix or delete the sidecar")
     system = data.get("system_prompt")
     if system is not None and not isinstance(system, str):
-        raise ValueError(f"bad_sidecar: {meta}: 'system_prompt' must be text, got {type(system).__name__} "
+        raise ExportError(f"bad_sidecar: {meta}: 'system_prompt' must be text, got {type(system).__name__} "
                          f"{system!r:.60}; fix or delete the sidecar")
     return system, tools
 
