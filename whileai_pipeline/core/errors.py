@@ -5,7 +5,9 @@ import os
 
 
 class ExportError(ValueError):
-    """Base of every error this library raises on purpose."""
+    """Base of the errors this library defines. A few argument checks raise a plain ValueError or
+    TypeError, as the reference's do: min_margin, judge_pairs' entries and concurrency, export_preference
+    given entries that are not pairs, a scorer that fails (ScorerError)."""
 
 
 class BadJsonlError(ExportError):

@@ -18,7 +18,7 @@ import shutil
 import dagster as dg
 
 import whileai_pipeline.simulations as wai
-from whileai_pipeline.core.errors import BadJsonlError, ExportError, SourceChangedError
+from whileai_pipeline.core.errors import BadJsonlError, SourceChangedError
 from whileai_pipeline.core.jsonl import _BLANK, atomic_file, dumps_line, fsync_dir, parse_line, sha256_file
 from whileai_pipeline.core.pairs import build_pairs_file, judge_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
@@ -571,7 +571,7 @@ def sft_export(
             progress=(progress := _progress(context, f"sft export ({', '.join(formats)})")),
         )
         progress.close()
-    except (ExportError, ValueError) as exc:
+    except ValueError as exc:  # ExportError and the ValueErrors the library shares with the reference
         discard(cand_dir)
         raise _library_failure(exc, "export_dataset") from None
     pictures = _reward_pictures(carried if carried is not None else score_stats_of_file(source))
@@ -610,7 +610,7 @@ def dpo_export(
             progress=(progress := _progress(context, f"dpo export ({', '.join(formats)})")),
         )
         progress.close()
-    except (ExportError, ValueError) as exc:
+    except ValueError as exc:  # ExportError and the ValueErrors the library shares with the reference
         discard(cand_dir)
         raise _library_failure(exc, "export_preference") from None
     pictures = _reward_pictures(score_stats_of_file(pairs_path, sides=True))  # both sides of every pair
