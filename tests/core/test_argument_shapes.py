@@ -139,6 +139,22 @@ def test_a_bad_sidecar_is_an_export_error_like_every_other_refusal(tmp_path, sid
     assert not (tmp_path / "out.jsonl").exists()
 
 
+def test_judge_pairs_refuses_a_keyword_it_does_not_know():
+    """Unknown keywords were swallowed: a misspelt ``concurency=1`` asked a judge that keeps state from 8
+    threads at once without a word. The reference's own ``spec`` and ``api_key`` are still taken."""
+    calls = []
+
+    def judge(a, b):
+        calls.append((a["final_text"], b["final_text"]))
+        return {"winner": "A"}
+
+    with pytest.raises(TypeError, match="unexpected keyword argument 'concurency'"):
+        wai.judge_pairs([dict(PAIR)], judge, concurency=1)
+    assert calls == []
+    pairs, report = wai.judge_pairs([dict(PAIR)], judge, spec="judge-model", api_key="unused", concurrency=1)
+    assert len(pairs) == 1 and len(calls) == 2  # asked in both orders
+
+
 def test_a_tilde_in_a_path_is_the_home_directory(tmp_path, monkeypatch):
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()

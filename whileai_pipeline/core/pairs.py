@@ -528,13 +528,14 @@ def _judge_name(judge):
     return getattr(judge, "__name__", None) or type(judge).__name__
 
 
-def judge_pairs(pairs, judge=None, *, swap=True, concurrency=8, examples=10, position_flip_flag=POSITION_FLIP_FLAG,
-                prefers_rejected_flag=PREFERS_REJECTED_FLAG, **_ignored):
+def judge_pairs(pairs, judge=None, *, spec=None, swap=True, concurrency=8, api_key=None, examples=10,
+                position_flip_flag=POSITION_FLIP_FLAG, prefers_rejected_flag=PREFERS_REJECTED_FLAG):
     """Ask a pairwise judge (a plain callable ``judge(a_row, b_row)``) about each pair, in both orders.
 
     Writes ``pairwise`` and ``tie`` onto each pair in place; an answer that flips with the order is a
     tie. Up to ``concurrency`` pairs are asked at once (spec 8.5; a judge is usually a remote model);
-    results are recorded in order. Returns (pairs, report).
+    results are recorded in order. Returns (pairs, report). ``spec`` and ``api_key`` are the reference's
+    (a judge model it calls itself), taken and unused: this library makes no network calls.
     """
     judging = PairwiseJudging(judge, swap=swap, examples=examples)
     entries = [p for p in pairs if isinstance(p, dict)]
