@@ -1,7 +1,8 @@
 """The exporter API, in one import: ``import whileai_pipeline.simulations as wai``.
 
 Same names, signatures, defaults, error tokens and report keys as the reference SDK's export
-surface (see the spec), with the improvements in DECISIONS.md. Pure Python: no Dagster here.
+surface (see the spec), with the deliberate differences docs/API_CONTRACT.md lists (its "DECISIONS N"
+points; DECISIONS.md itself is not in this repository). Pure Python: no Dagster here.
 """
 
 from .core.conversation import conversation
