@@ -17,8 +17,11 @@ SCRIPT = shutil.which("whileai-pipeline")
 
 
 def cli(args, home, cwd, extra_env=None):
-    """Run the console script when installed (else the module) with a private storage root."""
+    """Run the console script when installed (else the module) with a private storage root, importing this
+    checkout: an installed console script would import the checkout it was installed from, and a relative
+    ``PYTHONPATH=.`` means the test's own working directory."""
     env = {**os.environ, "WHILEAI_PIPELINE_HOME": str(home), **(extra_env or {})}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.pop("DAGSTER_HOME", None)
     if "DAGSTER_HOME" in (extra_env or {}):
         env["DAGSTER_HOME"] = extra_env["DAGSTER_HOME"]
