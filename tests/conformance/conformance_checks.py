@@ -337,7 +337,7 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
         assert o.rows is None
         return "error"
 
-    system = "" if system_prompt is None else str(system_prompt)
+    system = str(system_prompt or "")  # spec 7.3 step 3: a falsy system_prompt (0, False) is no system prompt
     kept = [p for p in pairs if isinstance(p, dict) and not (drop_ties and p.get("tie"))]
     if fmt == "trl":
         # which pairs the TRL reshape keeps: both sides need a first assistant turn at index >= 1

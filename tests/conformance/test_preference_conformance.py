@@ -259,6 +259,17 @@ def test_d8_pair_lineage_scrubbed(tmp_path):
     assert args == {"reference": "R-1"} and o_row["chosen"][3]["content"] == '{"hidden_state": "kept"}'
 
 
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+@pytest.mark.parametrize("falsy", [0, False], ids=["zero", "False"])
+def test_falsy_system_prompt_with_tool_calls_matches_reference(tmp_path, fmt, falsy):
+    """Spec 7.3 step 3: ``text(system_prompt or "")``, so 0 / False is no system prompt, and DECISIONS 6
+    then warns about tool calls exported without one. The check used to predict a system prompt "0"."""
+    pairs = [_pair({"prompt": "Refund A", "steps": [REFUND_CALL], "final_text": "Refunded."},
+                   {"prompt": "Refund A", "final_text": "No."}, margin=1.0)]
+    check_export_preference(ref, ours, pairs, tmp_path, fmt=fmt, drop_ties=True, system_prompt=falsy,
+                            tools=TOOL_SCHEMAS, strip_think=True, validate=True)
+
+
 def test_d5_generator_pairs_read_once(tmp_path):
     """DECISIONS 5: a generator of pairs is read once (the reference iterates twice and finds nothing)."""
     pairs = [_pair({"prompt": "Refund A", "final_text": "Refunded."}, {"prompt": "Refund A", "final_text": "No."},
