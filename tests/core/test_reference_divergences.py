@@ -111,3 +111,36 @@ def test_preference_pairs_in_a_list_subclass_with_trajectories_are_the_list_item
     pairs = _RowsWithTrajectories([dict(PAIR)])
     pairs.trajectories = [{"prompt": "p", "final_text": "not a pair"}]
     assert wai.export_preference(pairs, validate=False)["pairs"] == 1
+
+
+# ------------------------------------------------------------ DECISIONS 6 (explicit arguments win)
+
+EXPECTED_ROW = {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "p"},
+                             {"role": "assistant", "content": "x"}],
+                "loss_mask": [0, 0, 1], "prompt": "p", "schema_version": "1"}
+
+
+@pytest.mark.parametrize("sidecar", ["{not json", '["a list"]', '{"system_prompt": 5, "tools": {"name": "x"}}'],
+                         ids=["not-json", "array", "wrong-types"])
+def test_sidecar_replaced_by_both_explicit_arguments_is_not_read(tmp_path, sidecar):
+    """DECISIONS 6: explicit ``system_prompt=`` and ``tools=`` always win; the sidecar only supplies what
+    the caller did not pass. With both passed it supplies nothing, so a broken sidecar must not stop the
+    export (whileai 0.105, which never reads sidecars, writes the row below; ours raised bad_sidecar)."""
+    src = tmp_path / "run.jsonl"
+    src.write_text(json.dumps({"prompt": "p", "final_text": "x"}) + "\n", encoding="utf-8")
+    (tmp_path / "run.meta.json").write_text(sidecar, encoding="utf-8")
+    assert wai.training_rows(str(src), system_prompt="S", tools=[]) == [EXPECTED_ROW]
+    report = wai.export_dataset(str(src), system_prompt="S", tools=[])
+    assert (report["n"], report["with_system"], report["with_tools"]) == (1, 1, 0)
+    assert (report["system_prompt_source"], report["tools_source"]) == ("argument", "argument")
+    assert _lines(tmp_path / "run.train.jsonl") == [EXPECTED_ROW]
+
+
+def test_sidecar_is_still_read_when_one_argument_is_missing(tmp_path):
+    """The other side: with only ``system_prompt=`` passed, the sidecar still supplies the tools, so a
+    broken one is still reported (bad_sidecar), not silently ignored."""
+    src = tmp_path / "run.jsonl"
+    src.write_text(json.dumps({"prompt": "p", "final_text": "x"}) + "\n", encoding="utf-8")
+    (tmp_path / "run.meta.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(ValueError, match="^bad_sidecar: "):
+        wai.export_dataset(str(src), system_prompt="S")

@@ -171,7 +171,7 @@ def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True, list
         require_file(path, "source file", "pass a JSONL run, a run object or rows")
         hashed = _HashingRows(path)
         rows = hashed
-        if sidecar:
+        if sidecar and (system_prompt is None or tools is None):  # both passed: nothing to read it for
             found_system, found_tools, _meta = read_sidecar(path)
             system_from = tools_from = "sidecar"
     else:
