@@ -7,7 +7,8 @@
 
 Exit codes: 0 success; 1 the run failed (a gate blocked an export, a step failed on the data, or
 the disk under the storage root is full); 2 bad usage (missing file, unreadable or invalid config
-file, a run file still being written, a bad ``$WHILEAI_PIPELINE_CRON`` or ``$WHILEAI_PIPELINE_WORKERS``).
+file, a run file still being written, a bad ``$WHILEAI_PIPELINE_CRON`` or ``$WHILEAI_PIPELINE_WORKERS``, a
+``$DAGSTER_HOME`` whose instance cannot be opened).
 
 Dagster instance: ``$DAGSTER_HOME`` when it is set (the same instance ``dagster dev`` uses), else a
 persistent embedded SQLite instance in ``<root>/dagster_home``, created on first use. That keeps
@@ -107,7 +108,15 @@ def _instance(storage):
         if not home.is_absolute():
             raise UsageError(f"DAGSTER_HOME must be an absolute path, got {dagster_home!r}")
         home.mkdir(parents=True, exist_ok=True)  # Dagster wants it to exist; creating it is harmless
-        return dg.DagsterInstance.get()
+        try:
+            instance = dg.DagsterInstance.get()
+            instance.get_runs(limit=1)  # a database opened lazily must answer too
+        except Exception as exc:  # a variable its dagster.yaml names is unset, its database unreachable, ...
+            raise UsageError(f"cannot open the Dagster instance of DAGSTER_HOME={home} ({home / 'dagster.yaml'}): "
+                             f"{_instance_error(exc)}. Set what that file names (e.g. the DAGSTER_PG_* variables) "
+                             "and check that its database can be reached, or unset DAGSTER_HOME to use the "
+                             f"embedded instance under {storage.dagster_home}") from None
+        return instance
     home = storage.dagster_home
     home.mkdir(parents=True, exist_ok=True)
     # Two commands starting at once on a fresh root would both create the SQLite databases and their
@@ -120,6 +129,32 @@ def _instance(storage):
         instance.get_runs(limit=1)  # the run database
         instance.get_dynamic_partitions(PARTITIONS_NAME)  # the event log's index database
     return instance
+
+
+def _instance_error(exc) -> str:
+    """The part of an error opening an instance that says what is wrong, without Dagster's stack traces:
+    each config error's own message (an unset variable names it), else the error with its root cause
+    (e.g. psycopg2's "password authentication failed for user ...")."""
+    errors = getattr(exc, "errors", None)  # DagsterInvalidConfigError
+    if errors:
+        messages = []
+        for error in errors:
+            message = error.message.split("\n\nStack Trace:", 1)[0]
+            messages.append(message.rsplit("Error: ", 1)[-1] if "PostProcessingError" in message else message)
+        return "; ".join(_one_line(m) for m in messages)
+    reason = _one_line(str(exc)) or type(exc).__name__
+    cause = exc
+    while cause.__cause__ is not None or cause.__context__ is not None:
+        cause = cause.__cause__ or cause.__context__
+    root = _one_line(str(cause)) or type(cause).__name__
+    if cause is not exc and root not in reason:
+        reason = f"{reason} ({root})"
+    return reason
+
+
+def _one_line(text) -> str:
+    """The first paragraph of an error message on one line, without a final period."""
+    return " ".join(text.strip().split("\n\n", 1)[0].split()).rstrip(".")
 
 
 @contextlib.contextmanager
