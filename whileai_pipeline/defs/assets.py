@@ -76,11 +76,12 @@ def _progress(context, what):
     return Progress(f"{context.partition_key}: {what}", log=context.log.info)
 
 
-def _require_stage(path, needs: str):
+def _require_stage(storage, path, needs: str):
     if not path.is_file():
         raise dg.Failure(
             description=f"missing stage file {path}: materialize {needs} for this partition first "
             "(the whole chain: `whileai-pipeline run PATH`, or select the upstream assets too)."
+            + storage.root_hint()
         )
 
 
@@ -131,7 +132,7 @@ def raw_simulation_data(
     if src is None:
         raise dg.Failure(
             description=f"no run file for partition {key!r}: expected {storage.run_path(key)}. Register "
-            "one with `whileai-pipeline run PATH` or copy <name>.jsonl into the inbox."
+            "one with `whileai-pipeline run PATH` or copy <name>.jsonl into the inbox." + storage.root_hint()
         )
     meta_src = meta_path_for(src)
     stage = storage.stage_path(key, STAGE_RAW)
@@ -282,7 +283,7 @@ def scored_simulation_data(
 ) -> dg.MaterializeResult:
     key = context.partition_key
     raw = storage.stage_path(key, STAGE_RAW)
-    _require_stage(raw, "raw_simulation_data")
+    _require_stage(storage, raw, "raw_simulation_data")
     try:
         scorer = resolve_scorer(config.scorer)
     except ScorerError as exc:
@@ -331,7 +332,7 @@ def preference_pairs(
 ) -> dg.MaterializeResult:
     key = context.partition_key
     scored = storage.stage_path(key, STAGE_SCORED)
-    _require_stage(scored, "scored_simulation_data")
+    _require_stage(storage, scored, "scored_simulation_data")
     path = storage.stage_path(key, STAGE_PAIRS)
     written = ("path", "n_written", "sha256", "ties")  # what the file functions add to the reports
     try:
@@ -545,7 +546,7 @@ def sft_export(
 ) -> dg.MaterializeResult:
     key = context.partition_key
     scored = storage.stage_path(key, STAGE_SCORED)
-    _require_stage(scored, "scored_simulation_data")
+    _require_stage(storage, scored, "scored_simulation_data")
     if config.sft_rows == "pass":
         source = storage.stage_path(key, STAGE_SFT_SOURCE)
         carried = ScoreStats()  # of the rows the export carries, counted in the pass that picks them
@@ -593,7 +594,7 @@ def dpo_export(
 ) -> dg.MaterializeResult:
     key = context.partition_key
     pairs_path = storage.stage_path(key, STAGE_PAIRS)
-    _require_stage(pairs_path, "preference_pairs")
+    _require_stage(storage, pairs_path, "preference_pairs")
     formats = list(config.formats)
     cand_dir = _candidate_dir(context, storage)
     candidates = {fmt: cand_dir / f"dpo.{fmt}.jsonl" for fmt in formats}

@@ -149,6 +149,18 @@ class PipelineStorage(dg.ConfigurableResource):
     def inbox(self) -> Path:
         return self.base / "inbox"
 
+    def root_hint(self) -> str:
+        """For an error about a file missing under the root: when this process fell back to the default root
+        (no ``root`` configured, no ``$WHILEAI_PIPELINE_HOME``), a sentence saying so; else ``""``. A Celery
+        worker or another machine started without the variable looks under its own working directory, where
+        the stages made by the other processes are not."""
+        if self.root or os.environ.get(ENV_HOME):
+            return ""
+        return (f" This process has no storage root set (${ENV_HOME}, resources.storage.config.root) and looks under "
+                f"./{DEFAULT_HOME} of its working directory, {self.base}: if the file was made by another process "
+                f"or machine (the run worker, a Celery worker), set ${ENV_HOME} to the same shared folder in every "
+                "process that runs steps.")
+
     @property
     def dagster_home(self) -> Path:
         return self.base / "dagster_home"
