@@ -8,9 +8,13 @@ check) of a run becomes a Celery task that any worker listening on the broker ma
 Serve it as the code location (see deploy/workspace.code-server.yaml):
 
     dagster code-server start -h 127.0.0.1 -p 4266 --location-name whileai_pipeline \\
-        -f deploy/distributed/definitions.py
+        -f "$PWD/deploy/distributed/definitions.py"
 
-and start workers with the same broker (deploy/distributed/celery.yaml):
+The path must be absolute: the code server records it in every run, and each Celery worker loads this
+file from that path (a relative one only resolves for workers started in a checkout's root), so the
+checkout or image must sit at the same path on every worker machine.
+
+Start workers with the same broker (deploy/distributed/celery.yaml):
 
     dagster-celery worker start -A dagster_celery.app -y deploy/distributed/celery.yaml
 
