@@ -24,6 +24,8 @@ import mmap
 import multiprocessing
 import os
 import sys
+import threading
+import time
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -337,9 +339,31 @@ class PartFiles:
 def _one_thread_each():
     """A worker's numeric libraries run on one thread: the pool already has a process per core, and
     numpy's OpenBLAS would start a thread per core in every worker at import. An explicit setting of
-    the user's is kept."""
+    the user's is kept. The worker also ends with its parent (``_exit_with_parent``)."""
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(name, "1")
+    _exit_with_parent()
+
+
+PARENT_POLL_SECONDS = 0.5
+
+
+def _exit_with_parent():
+    """End this worker once the process that started it is gone.
+
+    A worker waits for its next task on a queue its parent feeds; when the parent is SIGKILLed (the OOM
+    killer, a CI timeout, ``kill -9`` of the CLI) nothing ever closes that queue, so the worker waited
+    forever, holding its memory and the killed command's stdout and stderr (a caller reading them until
+    EOF hung too). A thread notices the worker being handed to another parent and exits the process.
+    """
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 class WorkerPool:
