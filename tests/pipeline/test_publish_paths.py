@@ -179,3 +179,61 @@ def test_a_bad_option_value_in_a_dagster_run_config_fails_before_anything_change
     assert "bad value for preference_pairs" in failure.event_specific_data.error.message
     assert tree_bytes(chain.storage.stage_dir(key)) == stages
     assert tree_bytes(chain.storage.published_dir(key)) == before
+
+
+KILL_AFTER_FIRST_RENAME = """
+import os, signal, sys, types
+import dagster as dg
+from whileai_pipeline.defs import publishing
+from whileai_pipeline.defs.assets import ASSETS
+from whileai_pipeline.defs.checks import CHECKS
+from whileai_pipeline.defs.resources import PipelineStorage
+
+def replace_then_die(src, dest):  # the OOM killer strikes between two renames of one publish
+    os.replace(src, dest)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+publishing.os = types.SimpleNamespace(**{**vars(os), "replace": replace_then_die})
+with dg.DagsterInstance.ephemeral() as instance:
+    instance.add_dynamic_partitions("simulation_runs", [sys.argv[2]])
+    dg.materialize([*ASSETS, *CHECKS], instance=instance, partition_key=sys.argv[2],
+                   resources={"storage": PipelineStorage(root=sys.argv[1])},
+                   selection=["raw_simulation_data", "scored_simulation_data", "sft_export"])
+"""
+
+
+def _sft_files(chain, key):
+    """{format: (sha256 of the data file, its report)} of the published SFT export."""
+    import hashlib
+
+    out = {}
+    for fmt in ("openai", "trl"):
+        data = chain.storage.published_path(key, "sft", fmt)
+        out[fmt] = (hashlib.sha256(data.read_bytes()).hexdigest(),
+                    orjson.loads(publishing.report_file(data).read_bytes()))
+    return out
+
+
+def test_a_publish_killed_between_two_renames_is_finished_by_the_next_run(published):
+    """SIGKILL after the first rename of a publish left the new sft.openai.jsonl beside its old report
+    and the old sft.trl.jsonl. The next run removed the staged files that would have completed it, and
+    when that run's gate then refused its own input, the mixed set stayed as the last good export."""
+    chain, key, before = published
+    old_source = _sft_files(chain, key)["openai"][1]["source_sha256"]
+    chain.register(_new_version())
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_FIRST_RENAME, str(chain.storage.base), key],
+                            capture_output=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    assert tree_bytes(chain.storage.published_dir(key)) != before  # the kill came after a rename
+
+    rows, _ = leaking_rows()
+    chain.register(_new_version(rows))
+    result = chain.materialize(key, selection=SFT_CHAIN)
+    assert not result.success  # the leak gate refused this version: it publishes nothing
+    files = _sft_files(chain, key)
+    for fmt, (sha, report) in files.items():
+        assert report["sha256"] == sha, f"{fmt}: the report is not the report of the file beside it"
+    sources = {report["source_sha256"] for _, report in files.values()}
+    assert len(sources) == 1 and sources != {old_source}  # every file is the killed run's whole export
+    assert not (chain.storage.stage_dir(key) / "candidates").exists() or not any(
+        (chain.storage.stage_dir(key) / "candidates").rglob("*.json*"))

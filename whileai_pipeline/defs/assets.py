@@ -30,7 +30,7 @@ from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callabl
 from .config import (FORMATS, ConfigFileError, DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreConfig,
                      SftExportConfig, as_run_config, check_run_config)
 from .partitions import simulation_runs
-from .publishing import GATES, discard, failed_gates, publish, reject, rejected_dir_name, remove_other_formats
+from .publishing import GATES, discard, failed_gates, finish_publishes, publish, reject, rejected_dir_name
 from .resources import ENV_SETTLE, PartitionLockedError, PipelineStorage, copy_atomic, fingerprint, meta_path_for
 from .summaries import RawStats, dpo_numbers, export_summary_markdown, raw_facts, real, sft_numbers
 
@@ -64,6 +64,9 @@ def _one_process_per_run(body):
                              "and launch the run again.") from None
         try:
             with storage.partition_lock(context.partition_key, on_wait=context.log.info):
+                # a killed run's publish, renamed half-way: finished before anything reads or replaces it
+                for journal in finish_publishes(storage.stage_dir(context.partition_key) / "candidates"):
+                    context.log.warning(f"finished the publish a killed run left half done ({journal})")
                 return body(context, config, storage)
         except PartitionLockedError as exc:
             raise dg.Failure(description=str(exc)) from None
@@ -414,7 +417,7 @@ def _candidate_dir(context, storage):
     """This run's candidate folder, once the folders of killed runs are gone: each holds a whole export,
     and under the partition lock no other export of this run is writing one."""
     cand_dir = storage.candidate_dir(context.partition_key, context.run.run_id)
-    shutil.rmtree(cand_dir.parent, ignore_errors=True)
+    shutil.rmtree(cand_dir.parent, ignore_errors=True)  # their publishes were finished under the lock
     return cand_dir
 
 
@@ -451,12 +454,8 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
             outcomes = reject(candidates, reports, rejected_dir, failed, validate)
         else:
             destinations = {fmt: storage.published_path(key, kind, fmt) for fmt in formats}
-            outcomes = publish(candidates, reports, destinations)
-            if any(o["path"] for o in outcomes.values()):
-                # formats not written, or written without a row: their earlier files would sit beside
-                # this export's, from another input or config
-                removed = remove_other_formats({fmt: storage.published_path(key, kind, fmt)
-                                                for fmt in FORMATS if not outcomes.get(fmt, {}).get("path")})
+            outcomes, removed = publish(candidates, reports, destinations, kind,
+                                        others={fmt: storage.published_path(key, kind, fmt) for fmt in FORMATS})
     finally:
         discard(cand_dir)
 

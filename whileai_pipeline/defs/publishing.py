@@ -10,19 +10,27 @@ gets the full report, then:
   appears atomically). A candidate with no rows is not published: an empty training file is no export
   (OpenAI and TRL both refuse it), so when no format has a row the earlier files of that kind stay, and
   the metadata says so. Once a kind is published, its files in the formats this export did not publish
-  are removed (``remove_other_formats``);
+  are removed (``others``);
 * otherwise ``reject`` moves the candidates and their reports under ``rejected/<run>/<time>-<id>-<kind>/``
   with a ``gates.json`` saying why, and the published files are not touched.
 
 The set of formats is all-or-nothing: one failing format rejects the whole candidate set, so the
 files of one kind (``sft.*`` or ``dpo.*``) never mix two inputs or configs. The two kinds are
 exported, gated and published apart: each file's report names its source and SHA-256.
+
+The renames of one publish are several system calls: a process killed between two of them leaves a
+new file beside an old one. So the renames and removals are first written down in a journal beside
+the staged files (``publish-<kind>.json`` in the candidate folder), and the next export of the run
+finishes any journal it finds (``finish_publishes``) before it clears the candidate folders.
 """
 
+import contextlib
 import datetime
 import os
 import shutil
 from pathlib import Path
+
+import orjson
 
 from whileai_pipeline.core.jsonl import fsync_dir, mode_for, sha256_file, write_json
 
@@ -74,17 +82,21 @@ def has_rows(report: dict) -> bool:
     return bool(report.get("n_written", report.get("pairs")))
 
 
-def publish(candidates: dict, reports: dict, destinations: dict) -> dict:
-    """Move each written candidate onto its destination; returns ``{format: outcome}``.
+def publish(candidates: dict, reports: dict, destinations: dict, kind: str, others=None) -> tuple:
+    """Move each written candidate onto its destination; returns ``({format: outcome}, removed paths)``.
 
     ``outcome`` has ``path`` (None when nothing is published: the library wrote no file, e.g. no
     preference pairs, or a file without rows), ``sha256`` and ``unchanged`` (True when the published
-    bytes were already identical, in which case the file is left alone).
+    bytes were already identical, in which case the file is left alone). ``others`` maps every format
+    of ``kind`` to its published path: once something is published, the files (and reports) of the
+    formats not published this time are removed, so the files of one kind never mix two inputs.
 
     Everything that can fail (hashing, writing each report beside its candidate) is done before the
     first rename, and the renames then follow one another: a full disk or a failed write leaves every
     format's published file and report as they were, never a new ``sft.openai.jsonl`` beside an old
-    ``sft.trl.jsonl`` or an old report. A replaced file keeps its mode (a trainer's read access).
+    ``sft.trl.jsonl`` or an old report. A replaced file keeps its mode (a trainer's read access). The
+    renames and removals are journaled first (``finish_publish``), so a crash among them is completed
+    by the next export instead of leaving old and new files side by side.
     """
     outcomes, moves = {}, []
     for fmt, candidate in candidates.items():
@@ -101,27 +113,47 @@ def publish(candidates: dict, reports: dict, destinations: dict) -> dict:
             moves.append((candidate, dest))
         moves.append((staged_report, report_file(dest)))
         outcomes[fmt] = {"path": str(dest), "sha256": sha, "unchanged": unchanged}
+    removed = []
+    if others and any(o["path"] for o in outcomes.values()):
+        # formats not written, or written without a row: their earlier files would sit beside this
+        # export's, from another input or config
+        removed = [str(stale) for fmt, path in others.items() if not outcomes.get(fmt, {}).get("path")
+                   for stale in (path, report_file(path)) if stale.is_file()]
     for staged, dest in moves:
         os.chmod(staged, mode_for(dest))  # a replaced file keeps its mode (a trainer's read access)
-    for staged, dest in moves:
-        os.replace(staged, dest)
-    for directory in {dest.parent for _, dest in moves}:
+    if moves or removed:
+        journal = next(iter(candidates.values())).parent / f"publish-{kind}.json"
+        write_json(journal, {"moves": [[str(staged), str(dest)] for staged, dest in moves], "remove": removed})
+        finish_publish(journal)
+    return outcomes, removed
+
+
+def finish_publish(journal: Path) -> None:
+    """Carry out a publish journal: rename every staged file still in place onto its destination,
+    remove the stale files, then delete the journal. Run again after a crash, it does what is left
+    (a staged file already renamed is no longer there)."""
+    plan = orjson.loads(journal.read_bytes())
+    touched = set()
+    for staged, dest in plan["moves"]:
+        if os.path.lexists(staged):
+            os.replace(staged, dest)
+            touched.add(os.path.dirname(dest))
+    for stale in plan["remove"]:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stale)
+            touched.add(os.path.dirname(stale))
+    for directory in touched:
         fsync_dir(directory)
-    return outcomes
+    os.unlink(journal)
 
 
-def remove_other_formats(published: dict) -> list:
-    """Remove the published files (and reports) of formats an export of the same kind no longer
-    writes: ``published`` maps those formats to their paths. Returns the paths removed."""
-    removed = []
-    for path in published.values():
-        for stale in (path, report_file(path)):
-            if stale.is_file():
-                stale.unlink()
-                removed.append(str(stale))
-    if removed:
-        fsync_dir(Path(removed[0]).parent)
-    return removed
+def finish_publishes(candidates_root: Path) -> list:
+    """Finish the publishes a killed export left journaled under ``candidates_root`` (the run's candidate
+    folders); returns the journals finished. Call it under the run's lock, before clearing the folders."""
+    journals = sorted(candidates_root.glob("*/publish-*.json"))
+    for journal in journals:
+        finish_publish(journal)
+    return [str(j) for j in journals]
 
 
 def rejected_dir_name(run_id: str, kind: str, now=None) -> str:
