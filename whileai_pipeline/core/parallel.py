@@ -311,6 +311,17 @@ def append_part(part, out, digest):
             os.unlink(part)
 
 
+def _names_a_part(exc, output) -> bool:
+    """Whether ``exc`` is about one of the temp or part files beside ``output`` (the output's folder
+    removed or made read-only under a running export): the output's error, not a bare
+    ``FileNotFoundError`` naming a hidden part file the user never asked for."""
+    if not exc.filename:
+        return False
+    where = Path(os.path.abspath(exc.filename))
+    output = Path(os.path.abspath(output))
+    return where.parent == output.parent and where.name.startswith(temp_prefix(output))
+
+
 class PartFiles:
     """Names for worker part files beside an output (``append_part`` them in order); the ones left
     when the work ends, however it ends, are removed. Enter it before the ``WorkerPool`` whose tasks
@@ -404,7 +415,7 @@ class WorkerPool:
                 except cf.process.BrokenProcessPool as exc:  # SourceChangedError instead if the file changed
                     raise WorkerLostError(path) from exc
                 except OSError as exc:
-                    if writes_beside is not None and exc.errno in WRITE_ERRNOS:
+                    if writes_beside is not None and (exc.errno in WRITE_ERRNOS or _names_a_part(exc, writes_beside)):
                         raise WriteFailedError(writes_beside, exc) from exc
                     raise
         finally:
