@@ -457,7 +457,10 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
             outcomes, removed = publish(candidates, reports, destinations, kind,
                                         others={fmt: storage.published_path(key, kind, fmt) for fmt in FORMATS})
     finally:
-        discard(cand_dir)
+        try:
+            finish_publishes(cand_dir.parent)  # a publish interrupted half-way (Ctrl-C) is completed, not dropped
+        finally:
+            discard(cand_dir)
 
     if blocked:
         status = "rejected"
