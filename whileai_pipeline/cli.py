@@ -8,7 +8,7 @@
 Exit codes: 0 success; 1 the run failed (a gate blocked an export, a step failed on the data, or
 the disk under the storage root is full); 2 bad usage (missing file, unreadable or invalid config
 file, a run file still being written, a bad ``$WHILEAI_PIPELINE_CRON`` or ``$WHILEAI_PIPELINE_WORKERS``, a
-``$DAGSTER_HOME`` whose instance cannot be opened).
+``$DAGSTER_HOME`` whose instance cannot be opened); 130 interrupted (Ctrl-C).
 
 Dagster instance: ``$DAGSTER_HOME`` when it is set (the same instance ``dagster dev`` uses), else a
 persistent embedded SQLite instance in ``<root>/dagster_home``, created on first use. That keeps
@@ -27,7 +27,7 @@ import sys
 import warnings
 from pathlib import Path
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 SAMPLE_RUN = Path(__file__).resolve().parent / "sample" / "support_orders.jsonl"
 
 
@@ -318,10 +318,9 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     # One command at a time per run name, from registering to the last step: another command's register
     # would replace the inbox file while this run's steps read it.
     with _one_command(storage, key, out), _instance(storage) as instance:
-        try:
-            key = _register(storage, instance, path, name)
-        except ValueError as exc:  # e.g. source_changed: the file is still being written
-            raise UsageError(str(exc)) from None
+        key = _register_run(storage, instance, path, name)
+        if key is None:
+            return EXIT_FAILED
         print(f"run {key!r}: {path} -> {storage.run_path(key)}", file=out)
         try:
             with capture:
@@ -342,6 +341,12 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
                   "Published files are only ever replaced whole: each is the previous one or a complete new "
                   "one. Free space, or pass --home on a disk with room, and run again.", file=sys.stderr)
             return EXIT_FAILED
+    if _interrupted(result):
+        print(f"dagster run {result.run_id} (INTERRUPTED)", file=out)
+        print("whileai-pipeline: interrupted (Ctrl-C): the run stopped where it was. Published files are only ever "
+              "replaced whole (each is the previous one or a complete new one); run the same command again to "
+              "finish.", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(f"dagster run {result.run_id} ({'success' if result.success else 'FAILED'})", file=out)
     for line in _export_lines(result):
         print(line, file=out)
@@ -355,6 +360,37 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
         print(f"a gate blocked {names}: {'its' if len(blocked) == 1 else 'their'} published files were left "
               "untouched", file=out)
     return EXIT_FAILED
+
+
+def _register_run(storage, instance, path, name):
+    """``_register``, its failures said for this command: a run still being written is bad usage (a
+    UsageError); a copy into the inbox that fails on a full disk is a failed run (exit 1, as a full
+    disk in a step is): it is said here, and None returned."""
+    from whileai_pipeline.core.errors import WriteFailedError
+
+    try:
+        return _register(storage, instance, path, name)
+    except WriteFailedError as exc:
+        reason = getattr(exc.reason, "strerror", None) or exc.reason
+        print(f"whileai-pipeline: error: cannot copy the run into {exc.dest} ({reason}); nothing ran and the "
+              f"published files are unchanged. Free space under {storage.base}, or pass --home on a disk with "
+              "room, and run again.", file=sys.stderr)
+        return None
+    except ValueError as exc:  # e.g. source_changed: the file is still being written
+        raise UsageError(str(exc)) from None
+
+
+def _interrupted(result) -> bool:
+    """Whether the run stopped because of Ctrl-C (SIGINT): Dagster fails the running step with
+    DagsterExecutionInterruptedError and returns, where a bare exception name would be all we said."""
+    for event in result.all_events:
+        if event.event_type_value == "STEP_FAILURE":
+            err = getattr(event.event_specific_data, "error", None)
+            while err is not None:
+                if "DagsterExecutionInterruptedError" in (err.cls_name or ""):
+                    return True
+                err = err.cause
+    return False
 
 
 def _root_of(run_config, home):
@@ -428,11 +464,10 @@ def register_only(path, *, name=None, home=None, out=None) -> int:
     key = _run_key(path, name)
     _quiet_dagster()
     storage = _storage(home)
-    try:
-        with _one_command(storage, key, out), _instance(storage) as instance:
-            key = _register(storage, instance, path, name)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    with _one_command(storage, key, out), _instance(storage) as instance:
+        key = _register_run(storage, instance, path, name)
+    if key is None:
+        return EXIT_FAILED
     print(f"registered {key!r}: {storage.run_path(key)}", file=out)
     return EXIT_OK
 

@@ -1,0 +1,123 @@
+"""Ctrl-C (SIGINT) and a full disk where the CLI meets them first.
+
+Ctrl-C mid-run printed ``step scored_simulation_data failed: dagster._core.errors.DagsterExecutionInterruptedError``
+and exit 1 (documented as "the run failed": a gate, the data or a full disk); it now says it was
+interrupted, that the published files are whole, and how to go on, with exit 130 (128 + SIGINT).
+Ctrl-C between two renames of a publish left the new ``sft.openai.jsonl`` beside the old report and
+the old ``sft.trl.jsonl``: the step's cleanup removed the staged files that would have completed it.
+A full disk while the run was copied into the inbox was exit 2 ("bad usage") with a message about an
+export; it is exit 1, as a full disk anywhere else, saying what to free.
+"""
+
+import hashlib
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from whileai_pipeline.defs import publishing
+from whileai_pipeline.defs.resources import PipelineStorage
+
+
+pytestmark = pytest.mark.pipeline
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "whileai_pipeline" / "sample" / "support_orders.jsonl"
+CLI = "import sys; from whileai_pipeline.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def tree_bytes(directory):
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def _cli(tmp_path, *args, preexec_fn=None):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    env.pop("DAGSTER_HOME", None)
+    return subprocess.run([sys.executable, "-c", CLI, *args], env=env, capture_output=True, text=True,
+                          timeout=300, preexec_fn=preexec_fn)
+
+
+def test_ctrl_c_mid_run_says_interrupted_and_exits_130(tmp_path):
+    (tmp_path / "ctrl_c.py").write_text("import os, signal\n\ndef scorer(row):\n"
+                                        "    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the run is scored\n"
+                                        "    return row.get('reward')\n")
+    (tmp_path / "opts.yaml").write_text("scorer: ctrl_c:scorer\n")
+    home = tmp_path / "home"
+    assert _cli(tmp_path, "run", str(SAMPLE), "--home", str(home)).returncode == 0
+    before = tree_bytes(home / "published")
+
+    done = _cli(tmp_path, "run", str(SAMPLE), "--home", str(home), "--config", str(tmp_path / "opts.yaml"))
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert "(INTERRUPTED)" in done.stdout
+    assert "DagsterExecutionInterruptedError" not in done.stdout + done.stderr
+    assert "whileai-pipeline: interrupted (Ctrl-C)" in done.stderr and "run the same command again" in done.stderr
+    assert tree_bytes(home / "published") == before
+
+
+INTERRUPTED_MID_PUBLISH = """
+import os, signal, sys, types
+import dagster as dg
+from whileai_pipeline.defs import publishing
+from whileai_pipeline.defs.assets import ASSETS
+from whileai_pipeline.defs.checks import CHECKS
+from whileai_pipeline.defs.resources import PipelineStorage
+
+def replace_then_ctrl_c(src, dest):
+    os.replace(src, dest)
+    publishing.os = os  # once: the rest of the step runs as usual
+    os.kill(os.getpid(), signal.SIGINT)
+
+publishing.os = types.SimpleNamespace(**{**vars(os), "replace": replace_then_ctrl_c})
+with dg.DagsterInstance.ephemeral() as instance:
+    instance.add_dynamic_partitions("simulation_runs", [sys.argv[2]])
+    result = dg.materialize([*ASSETS, *CHECKS], instance=instance, partition_key=sys.argv[2],
+                            resources={"storage": PipelineStorage(root=sys.argv[1])}, raise_on_error=False,
+                            selection=["raw_simulation_data", "scored_simulation_data", "sft_export"])
+print("SUCCESS" if result.success else "FAILED")
+"""
+
+
+def test_ctrl_c_between_two_renames_of_a_publish_leaves_a_whole_export(tmp_path):
+    storage = PipelineStorage(root=str(tmp_path / "home"))
+    old = tmp_path / "in" / "support_orders.jsonl"
+    old.parent.mkdir()
+    rows = SAMPLE.read_bytes().splitlines(keepends=True)
+    old.write_bytes(b"".join(rows[:30]))
+    key = storage.register(old)
+    first = subprocess.run([sys.executable, "-c", INTERRUPTED_MID_PUBLISH.replace("signal.SIGINT", "0"),
+                            storage.root, key], capture_output=True, text=True, timeout=300)
+    assert first.stdout.split()[-1] == "SUCCESS", first.stderr[-2000:]
+    old_source = orjson.loads(publishing.report_file(storage.published_path(key, "sft", "openai")).read_bytes())
+    storage.register(SAMPLE, name=key)
+
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED_MID_PUBLISH, storage.root, key], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    sources = set()
+    for fmt in ("openai", "trl"):
+        data = storage.published_path(key, "sft", fmt)
+        report = orjson.loads(publishing.report_file(data).read_bytes())
+        assert report["sha256"] == hashlib.sha256(data.read_bytes()).hexdigest(), fmt
+        sources.add(report["source_sha256"])
+    assert len(sources) == 1 and sources != {old_source["source_sha256"]}
+
+
+def test_a_full_disk_while_the_run_is_copied_in_is_a_failed_run(tmp_path):
+    run = tmp_path / "big.jsonl"
+    run.write_bytes(SAMPLE.read_bytes() * 20)  # bigger than the limit; Dagster's own files are not
+    limit = run.stat().st_size // 2
+
+    def small_disk():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    for command in ("run", "register"):
+        done = _cli(tmp_path, command, str(run), "--home", str(tmp_path / "home"), preexec_fn=small_disk)
+        assert done.returncode == 1, done.stderr
+        inbox = tmp_path / "home" / "inbox" / "big.jsonl"
+        assert done.stderr.startswith(f"whileai-pipeline: error: cannot copy the run into {inbox} (File too large); "
+                                      "nothing ran and the published files are unchanged. Free space under ")
+        assert not inbox.exists()
