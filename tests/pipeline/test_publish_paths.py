@@ -237,3 +237,20 @@ def test_a_publish_killed_between_two_renames_is_finished_by_the_next_run(publis
     assert len(sources) == 1 and sources != {old_source}  # every file is the killed run's whole export
     assert not (chain.storage.stage_dir(key) / "candidates").exists() or not any(
         (chain.storage.stage_dir(key) / "candidates").rglob("*.json*"))
+
+
+def test_what_a_killed_run_of_a_reused_pid_left_is_removed_by_the_next_run(published):
+    """The files a killed step leaves are named with its pid, and the library removes only those of a
+    pid that is gone. A container's entrypoint (a Kubernetes run pod, ``docker run``) is pid 1 at every
+    start, so an OOM-killed run's temp and part files, each up to the size of the run, stayed for good."""
+    chain, key, before = published
+    stage, out = chain.storage.stage_dir(key), chain.storage.published_dir(key)
+    left = [stage / ".scored.jsonl.1.k3x9q2za.write.tmp", stage / ".scored.jsonl.1.scored0.part.tmp",
+            stage / f".sft_source.jsonl.{os.getpid()}.ab12cd34.write.tmp", stage / ".raw.jsonl.incoming",
+            stage / ".raw.meta.json.incoming", stage / "..pairs.jsonl.incoming.1.zz_top01.write.tmp",
+            stage / ".raw.jsonl.readable"]
+    for path in left:
+        path.write_bytes(b"what a killed run wrote\n")
+    assert chain.materialize(key).success
+    assert [p.name for p in left if p.exists()] == []
+    assert tree_bytes(out) == before

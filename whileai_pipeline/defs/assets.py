@@ -67,6 +67,8 @@ def _one_process_per_run(body):
                 # a killed run's publish, renamed half-way: finished before anything reads or replaces it
                 for journal in finish_publishes(storage.stage_dir(context.partition_key) / "candidates"):
                     context.log.warning(f"finished the publish a killed run left half done ({journal})")
+                if leftovers := storage.remove_leftovers(context.partition_key):
+                    context.log.info(f"removed what killed runs left: {', '.join(sorted(leftovers))}")
                 return body(context, config, storage)
         except PartitionLockedError as exc:
             raise dg.Failure(description=str(exc)) from None

@@ -34,7 +34,7 @@ import dagster as dg
 from pydantic import Field
 
 from whileai_pipeline.core.errors import SourceChangedError
-from whileai_pipeline.core.jsonl import atomic_file, require_file, sha256_file
+from whileai_pipeline.core.jsonl import TMP_SUFFIX, atomic_file, require_file, sha256_file
 from whileai_pipeline.core.runs import check_unchanged, file_stamp, sidecar_path
 
 ENV_HOME = "WHILEAI_PIPELINE_HOME"
@@ -45,6 +45,7 @@ LOCK_POLL_SECONDS = 0.1
 DEFAULT_HOME = "whileai_data"
 RUN_SUFFIX = ".jsonl"
 META_SUFFIX = ".meta.json"
+LEFTOVER_SUFFIXES = (TMP_SUFFIX, ".incoming", ".readable")  # what a step writes before it renames
 _BAD_KEY_CHARS = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
@@ -210,6 +211,28 @@ class PipelineStorage(dg.ConfigurableResource):
             yield path
         finally:
             os.close(fd)  # closing the descriptor releases the lock
+
+    def remove_leftovers(self, key: str) -> list:
+        """Remove what killed steps of run ``key`` left in its stage and published folders: temp and part
+        files (``.….tmp``) and snapshots being taken (``.….incoming``, ``.….readable``); returns their names.
+
+        Call it holding the run's lock: no other step of the run is writing then, so each such file is a
+        leftover whatever pid its name holds. The library's own cleanup (``clean_stale_temps``) keeps the
+        files of a pid that is alive, and a pid comes back: a container's entrypoint (a Kubernetes run
+        pod, ``docker run``) is pid 1 on every start, so an OOM-killed run's files stayed for good.
+        """
+        removed = []
+        for folder in (self.stage_dir(key), self.published_dir(key)):
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                continue
+            for name in names:
+                if name.startswith(".") and name.endswith(LEFTOVER_SUFFIXES) and (folder / name).is_file():
+                    with contextlib.suppress(FileNotFoundError):
+                        (folder / name).unlink()
+                        removed.append(name)
+        return removed
 
     # ------------------------------------------------------------------ files
 
