@@ -17,7 +17,8 @@ from whileai_pipeline.defs.assets import ASSETS, sft_export
 from whileai_pipeline.definitions import defs
 from whileai_pipeline.defs.partitions import PARTITIONS_NAME, simulation_runs
 
-from .conftest import executed_steps, leaking_rows, materialization, sample_rows, tree_bytes
+from .conftest import (SAMPLE_META, executed_steps, leaking_rows, materialization, read_rows, sample_rows,
+                       tree_bytes, write_rows)
 
 pytestmark = pytest.mark.pipeline
 SFT_CHAIN = dg.AssetSelection.assets("raw_simulation_data", "scored_simulation_data", "sft_export")
@@ -184,16 +185,17 @@ def test_a_bad_option_value_in_a_dagster_run_config_fails_before_anything_change
 KILL_AFTER_FIRST_RENAME = """
 import os, signal, sys, types
 import dagster as dg
-from whileai_pipeline.defs import publishing
+from whileai_pipeline.defs import journal
 from whileai_pipeline.defs.assets import ASSETS
 from whileai_pipeline.defs.checks import CHECKS
 from whileai_pipeline.defs.resources import PipelineStorage
 
 def replace_then_die(src, dest):  # the OOM killer strikes between two renames of one publish
     os.replace(src, dest)
-    os.kill(os.getpid(), signal.SIGKILL)
+    if os.sep + "published" + os.sep in dest:
+        os.kill(os.getpid(), signal.SIGKILL)
 
-publishing.os = types.SimpleNamespace(**{**vars(os), "replace": replace_then_die})
+journal.os = types.SimpleNamespace(**{**vars(os), "replace": replace_then_die})
 with dg.DagsterInstance.ephemeral() as instance:
     instance.add_dynamic_partitions("simulation_runs", [sys.argv[2]])
     dg.materialize([*ASSETS, *CHECKS], instance=instance, partition_key=sys.argv[2],
@@ -254,3 +256,46 @@ def test_what_a_killed_run_of_a_reused_pid_left_is_removed_by_the_next_run(publi
     assert chain.materialize(key).success
     assert [p.name for p in left if p.exists()] == []
     assert tree_bytes(out) == before
+
+
+KILL_AFTER_SCORED_ROWS = """
+import os, signal, sys
+import dagster as dg
+from whileai_pipeline.defs.assets import ASSETS
+from whileai_pipeline.defs.checks import CHECKS
+from whileai_pipeline.defs.resources import PipelineStorage
+
+real_replace = os.replace
+
+def replace_then_die(src, dest):  # the scored rows are in place, their sidecar not yet
+    real_replace(src, dest)
+    if os.path.basename(dest) == "scored.jsonl":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+os.replace = replace_then_die
+with dg.DagsterInstance.ephemeral() as instance:
+    instance.add_dynamic_partitions("simulation_runs", [sys.argv[2]])
+    dg.materialize([*ASSETS, *CHECKS], instance=instance, partition_key=sys.argv[2],
+                   resources={"storage": PipelineStorage(root=sys.argv[1])})
+"""
+
+
+def test_a_stage_killed_between_its_rows_and_its_sidecar_is_never_exported_half_new(published, tmp_path):
+    """A kill after scored.jsonl was replaced and before scored.meta.json was left the new rows beside
+    the previous run's system prompt and tools; the next re-export (the schedule's, which reads the stage
+    files) published them together, gates passing."""
+    chain, key, _ = published
+    new_prompt = "You are the order desk, second edition."
+    src = tmp_path / "v2" / f"{key}.jsonl"
+    write_rows(src, _new_version())
+    meta = orjson.loads(SAMPLE_META.read_bytes())
+    src.with_name(f"{key}.meta.json").write_bytes(orjson.dumps(dict(meta, system_prompt=new_prompt)))
+    chain.storage.register(src)
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_SCORED_ROWS, str(chain.storage.base), key],
+                            capture_output=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+
+    assert chain.materialize(key, selection=dg.AssetSelection.assets("sft_export", "dpo_export")).success
+    rows = read_rows(chain.storage.published_path(key, "sft", "openai"))  # the pairs stage was not reached
+    assert all(row["messages"][-1]["content"].endswith(" (v2)") for row in rows)
+    assert {row["messages"][0]["content"] for row in rows} == {new_prompt}

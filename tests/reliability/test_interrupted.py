@@ -61,17 +61,18 @@ def test_ctrl_c_mid_run_says_interrupted_and_exits_130(tmp_path):
 INTERRUPTED_MID_PUBLISH = """
 import os, signal, sys, types
 import dagster as dg
-from whileai_pipeline.defs import publishing
+from whileai_pipeline.defs import journal
 from whileai_pipeline.defs.assets import ASSETS
 from whileai_pipeline.defs.checks import CHECKS
 from whileai_pipeline.defs.resources import PipelineStorage
 
 def replace_then_ctrl_c(src, dest):
     os.replace(src, dest)
-    publishing.os = os  # once: the rest of the step runs as usual
-    os.kill(os.getpid(), signal.SIGINT)
+    if os.sep + "published" + os.sep in dest:
+        journal.os = os  # once: the rest of the step runs as usual
+        os.kill(os.getpid(), signal.SIGINT)
 
-publishing.os = types.SimpleNamespace(**{**vars(os), "replace": replace_then_ctrl_c})
+journal.os = types.SimpleNamespace(**{**vars(os), "replace": replace_then_ctrl_c})
 with dg.DagsterInstance.ephemeral() as instance:
     instance.add_dynamic_partitions("simulation_runs", [sys.argv[2]])
     result = dg.materialize([*ASSETS, *CHECKS], instance=instance, partition_key=sys.argv[2],

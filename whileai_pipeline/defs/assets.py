@@ -12,14 +12,13 @@ decides publish or reject from the reports, and describes what happened.
 import functools
 import hashlib
 import math
-import os
 import shutil
 
 import dagster as dg
 
 import whileai_pipeline.simulations as wai
 from whileai_pipeline.core.errors import BadJsonlError, SourceChangedError
-from whileai_pipeline.core.jsonl import _BLANK, atomic_file, dumps_line, fsync_dir, parse_line, sha256_file
+from whileai_pipeline.core.jsonl import _BLANK, atomic_file, dumps_line, parse_line, sha256_file
 from whileai_pipeline.core.pairs import build_pairs_file, judge_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
 from whileai_pipeline.core.rows import shape_problem
@@ -30,7 +29,8 @@ from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callabl
 from .config import (FORMATS, ConfigFileError, DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreConfig,
                      SftExportConfig, as_run_config, check_run_config)
 from .partitions import simulation_runs
-from .publishing import GATES, discard, failed_gates, finish_publishes, publish, reject, rejected_dir_name
+from . import journal
+from .publishing import GATES, discard, failed_gates, publish, reject, rejected_dir_name
 from .resources import ENV_SETTLE, PartitionLockedError, PipelineStorage, copy_atomic, fingerprint, meta_path_for
 from .summaries import RawStats, dpo_numbers, export_summary_markdown, raw_facts, real, sft_numbers
 
@@ -38,15 +38,23 @@ GROUP = "whileai"
 STAGE_RAW, STAGE_SCORED, STAGE_SFT_SOURCE, STAGE_PAIRS = "raw", "scored", "sft_source", "pairs"
 
 
-def _stage_sidecar(src_run, dest_run) -> bool:
-    """Copy ``src_run``'s sidecar beside ``dest_run`` (or remove a stale one); True if there is one."""
-    src, dest = meta_path_for(src_run), meta_path_for(dest_run)
-    if src.is_file():
-        copy_atomic(src, dest)
-        return True
-    if dest.exists():
-        dest.unlink()
-    return False
+def _incoming(stage):
+    """Where a stage file is written before it is put in place (``.scored.jsonl.incoming``)."""
+    return stage.with_name(f".{stage.name}.incoming")
+
+
+def _stage_with_sidecar(incoming, stage, meta_src) -> None:
+    """Put the finished ``incoming`` in place as ``stage`` together with a copy of the sidecar ``meta_src``
+    (or, when there is none, without the sidecar ``stage`` had): both or neither (``journal``), so a
+    stage never pairs new rows with an earlier run's system prompt and tools."""
+    meta_dest = meta_path_for(stage)
+    moves, remove = [(incoming, stage)], []
+    if meta_src is not None and meta_src.is_file():
+        copy_atomic(meta_src, _incoming(meta_dest))
+        moves.append((_incoming(meta_dest), meta_dest))
+    elif meta_dest.exists():
+        remove.append(meta_dest)
+    journal.commit(stage.with_name(f".{stage.stem}{journal.SUFFIX}"), moves, remove)
 
 
 def _one_process_per_run(body):
@@ -64,9 +72,10 @@ def _one_process_per_run(body):
                              "and launch the run again.") from None
         try:
             with storage.partition_lock(context.partition_key, on_wait=context.log.info):
-                # a killed run's publish, renamed half-way: finished before anything reads or replaces it
-                for journal in finish_publishes(storage.stage_dir(context.partition_key) / "candidates"):
-                    context.log.warning(f"finished the publish a killed run left half done ({journal})")
+                # a killed step's renames (a stage and its sidecar, a publish), done half-way: finished
+                # before anything reads or replaces those files
+                for done in journal.finish_all(storage.stage_dir(context.partition_key)):
+                    context.log.warning(f"finished the renames a killed run left half done ({done})")
                 if leftovers := storage.remove_leftovers(context.partition_key):
                     context.log.info(f"removed what killed runs left: {', '.join(sorted(leftovers))}")
                 return body(context, config, storage)
@@ -171,19 +180,18 @@ def raw_simulation_data(
             progress.close(stats.rows)
             run_sha = digest.hexdigest()
             _refuse_empty(stats, src)
-            os.replace(snapshot, stage)
-            if quarantine.exists():
-                quarantine.unlink()
+            rows, remove = snapshot, [quarantine]
         else:
             run_sha = sha256_file(snapshot)
-            quarantined = _copy_with_quarantine(snapshot, src, stage, quarantine, stats)
+            rows, quarantined = _copy_with_quarantine(snapshot, src, stage, quarantine, stats)
             _refuse_empty(stats, src)
-        if sidecar is not None:
-            os.replace(meta_snapshot, meta_stage)
-        elif meta_stage.exists():
-            meta_stage.unlink()  # the run has no sidecar (any more): a stale one would still be read
+            remove = [] if quarantined else [quarantine]
+        # the rows, their sidecar (or none: a stale one would still be read) and the quarantine, together
+        moves = [(rows, stage)] + ([(meta_snapshot, meta_stage)] if sidecar is not None else [])
+        remove += [] if sidecar is not None else [meta_stage]
+        journal.commit(stage.with_name(f".{stage.stem}{journal.SUFFIX}"), moves, [p for p in remove if p.exists()])
     finally:
-        for leftover in (snapshot, meta_snapshot):
+        for leftover in (snapshot, meta_snapshot, stage.with_name(f".{stage.name}.readable")):
             if leftover.exists():
                 leftover.unlink()
     has_sidecar = sidecar is not None
@@ -228,10 +236,11 @@ def _refuse_empty(stats, src):
         )
 
 
-def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> int:
-    """Copy readable lines verbatim to ``stage``; unreadable ones go to ``quarantine`` as records
-    naming the run file ``src`` and the line number. With no readable line the run is refused and the
-    previous stage stays (the quarantine says why)."""
+def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> tuple:
+    """Copy readable lines verbatim to a file beside ``stage``; unreadable ones go to ``quarantine`` as
+    records naming the run file ``src`` and the line number. Returns (that file, to be put in place as
+    ``stage``, the number of lines quarantined). With no readable line the run is refused and the previous
+    stage stays (the quarantine says why)."""
     bad = 0
     first_bad = None
     incoming = stage.with_name(f".{stage.name}.readable")
@@ -265,11 +274,7 @@ def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> int:
             "unchanged. Fix the run file and materialize again.",
             metadata={"path": dg.MetadataValue.path(str(src)),
                       "quarantine_path": dg.MetadataValue.path(str(quarantine))})
-    os.replace(incoming, stage)
-    fsync_dir(stage.parent)
-    if not bad:
-        quarantine.unlink()
-    return bad
+    return incoming, bad
 
 
 # --------------------------------------------------------------------------- 2. scored
@@ -297,12 +302,12 @@ def scored_simulation_data(
     stats = ScoreStats()
     progress = _progress(context, f"scoring ({scorer.name})")
     try:
-        with atomic_file(scored) as out:
+        with atomic_file(_incoming(scored)) as out:
             scored_sha = score_file(raw, out, scorer, stats, dest=scored, progress=progress)
     except ScorerError as exc:
         raise dg.Failure(description=str(exc)) from None
     progress.close(stats.n)
-    _stage_sidecar(raw, scored)
+    _stage_with_sidecar(_incoming(scored), scored, meta_path_for(raw))
     metadata = {
         "dagster/row_count": stats.n,
         "scorer": scorer.name,
@@ -378,12 +383,10 @@ def preference_pairs(
                                      "or remove it from the config, then materialize again. The previous "
                                      "pairs are unchanged.")
                 context.log.warning(f"{said}; those pairs keep the order their rewards gave them")
-        os.replace(incoming, path)
-        fsync_dir(path.parent)
+        _stage_with_sidecar(incoming, path, meta_path_for(scored))  # export_preference reads its sidecar
     finally:
         if incoming.exists():
             incoming.unlink()
-    _stage_sidecar(scored, path)  # export_preference reads the system prompt and tools from it
     metadata = {
         "dagster/row_count": n_pairs,
         "pairs": n_pairs,
@@ -460,7 +463,7 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
                                         others={fmt: storage.published_path(key, kind, fmt) for fmt in FORMATS})
     finally:
         try:
-            finish_publishes(cand_dir.parent)  # a publish interrupted half-way (Ctrl-C) is completed, not dropped
+            journal.finish_all(cand_dir.parent.parent)  # a publish interrupted half-way (Ctrl-C): completed
         finally:
             discard(cand_dir)
 
@@ -554,9 +557,9 @@ def sft_export(
     if config.sft_rows == "pass":
         source = storage.stage_path(key, STAGE_SFT_SOURCE)
         carried = ScoreStats()  # of the rows the export carries, counted in the pass that picks them
-        with atomic_file(source) as out:
+        with atomic_file(_incoming(source)) as out:
             passing_rows_file(scored, out, carried, dest=source)  # over workers for a big run
-        _stage_sidecar(scored, source)
+        _stage_with_sidecar(_incoming(source), source, meta_path_for(scored))
     else:
         source = scored
         carried = None

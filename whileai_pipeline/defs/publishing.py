@@ -18,21 +18,19 @@ The set of formats is all-or-nothing: one failing format rejects the whole candi
 files of one kind (``sft.*`` or ``dpo.*``) never mix two inputs or configs. The two kinds are
 exported, gated and published apart: each file's report names its source and SHA-256.
 
-The renames of one publish are several system calls: a process killed between two of them leaves a
-new file beside an old one. So the renames and removals are first written down in a journal beside
-the staged files (``publish-<kind>.json`` in the candidate folder), and the next export of the run
-finishes any journal it finds (``finish_publishes``) before it clears the candidate folders.
+The renames of one publish are several system calls: a process killed between two of them would leave
+a new file beside an old one. So they are journaled (``journal.commit``: ``publish-<kind>.journal.json``
+in the candidate folder), and the next step of the run finishes any journal it finds.
 """
 
-import contextlib
 import datetime
 import os
 import shutil
 from pathlib import Path
 
-import orjson
-
 from whileai_pipeline.core.jsonl import fsync_dir, mode_for, sha256_file, write_json
+
+from . import journal
 
 GATES = ("tool_call_roundtrip", "privileged_leak")
 VOLATILE_REPORT_KEYS = ("elapsed_seconds",)
@@ -95,8 +93,8 @@ def publish(candidates: dict, reports: dict, destinations: dict, kind: str, othe
     first rename, and the renames then follow one another: a full disk or a failed write leaves every
     format's published file and report as they were, never a new ``sft.openai.jsonl`` beside an old
     ``sft.trl.jsonl`` or an old report. A replaced file keeps its mode (a trainer's read access). The
-    renames and removals are journaled first (``finish_publish``), so a crash among them is completed
-    by the next export instead of leaving old and new files side by side.
+    renames and removals are journaled first (``journal.commit``), so a crash among them is completed
+    by the next step of the run instead of leaving old and new files side by side.
     """
     outcomes, moves = {}, []
     for fmt, candidate in candidates.items():
@@ -122,38 +120,8 @@ def publish(candidates: dict, reports: dict, destinations: dict, kind: str, othe
     for staged, dest in moves:
         os.chmod(staged, mode_for(dest))  # a replaced file keeps its mode (a trainer's read access)
     if moves or removed:
-        journal = next(iter(candidates.values())).parent / f"publish-{kind}.json"
-        write_json(journal, {"moves": [[str(staged), str(dest)] for staged, dest in moves], "remove": removed})
-        finish_publish(journal)
+        journal.commit(next(iter(candidates.values())).parent / f"publish-{kind}{journal.SUFFIX}", moves, removed)
     return outcomes, removed
-
-
-def finish_publish(journal: Path) -> None:
-    """Carry out a publish journal: rename every staged file still in place onto its destination,
-    remove the stale files, then delete the journal. Run again after a crash, it does what is left
-    (a staged file already renamed is no longer there)."""
-    plan = orjson.loads(journal.read_bytes())
-    touched = set()
-    for staged, dest in plan["moves"]:
-        if os.path.lexists(staged):
-            os.replace(staged, dest)
-            touched.add(os.path.dirname(dest))
-    for stale in plan["remove"]:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(stale)
-            touched.add(os.path.dirname(stale))
-    for directory in touched:
-        fsync_dir(directory)
-    os.unlink(journal)
-
-
-def finish_publishes(candidates_root: Path) -> list:
-    """Finish the publishes a killed export left journaled under ``candidates_root`` (the run's candidate
-    folders); returns the journals finished. Call it under the run's lock, before clearing the folders."""
-    journals = sorted(candidates_root.glob("*/publish-*.json"))
-    for journal in journals:
-        finish_publish(journal)
-    return [str(j) for j in journals]
 
 
 def rejected_dir_name(run_id: str, kind: str, now=None) -> str:
