@@ -103,3 +103,26 @@ def test_raw_metadata_is_the_same_over_workers(chain, monkeypatch, pools):
     assert seen["1"] == seen["2"]
     assert seen["2"]["rows"] == 240 and seen["2"]["groups"] == 40
     assert seen["2"]["sha256"] == hashlib.sha256(chain.storage.run_path(key).read_bytes()).hexdigest()
+
+
+def test_a_worker_lost_while_the_raw_stage_reads_names_the_run_file(chain, monkeypatch):
+    """The error named the stage's hidden snapshot (stages/<run>/.raw.jsonl.incoming), a file the user
+    never made and that is gone once the step fails, instead of the run file it is a copy of. The worker
+    dies at a precise point here: ``raw_facts`` raises what ``WorkerPool.ordered`` raises for it."""
+    from whileai_pipeline.core.errors import WorkerLostError
+    from whileai_pipeline.defs import assets
+
+    key = chain.register(_many_rows(), name="big")
+
+    def lose_a_worker(path, hasher=None, workers=None):
+        yield from list(raw_facts(path, hasher, workers=1))[:100]
+        raise WorkerLostError(str(path))
+
+    monkeypatch.setattr(assets, "raw_facts", lose_a_worker)
+    result = chain.materialize(key, selection=[RAW])
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    message = failure.event_specific_data.error.message
+    assert f"worker_lost: a worker process reading {chain.storage.run_path(key)} ended abruptly" in message
+    assert ".incoming" not in message
+    assert not chain.storage.stage_path(key, "raw").exists()

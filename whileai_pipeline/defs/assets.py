@@ -17,7 +17,7 @@ import shutil
 import dagster as dg
 
 import whileai_pipeline.simulations as wai
-from whileai_pipeline.core.errors import BadJsonlError, SourceChangedError
+from whileai_pipeline.core.errors import BadJsonlError, ExportError, SourceChangedError
 from whileai_pipeline.core.jsonl import _BLANK, atomic_file, dumps_line, parse_line, sha256_file
 from whileai_pipeline.core.pairs import build_pairs_file, judge_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
@@ -173,10 +173,11 @@ def raw_simulation_data(
                     if isinstance(facts, str):  # why the line is not a trajectory
                         raise BadJsonlError(src, lineno, facts)
                     stats.add_facts(facts)
-            except BadJsonlError as exc:
+            except ExportError as exc:  # a bad line, a lost worker: said of the run file, not of our snapshot
                 message = str(exc).replace(str(snapshot), str(src))
+                where = {"line": exc.line} if isinstance(exc, BadJsonlError) else {}
                 raise dg.Failure(description=message, metadata={"path": dg.MetadataValue.path(str(src)),
-                                                                "line": exc.line}) from None
+                                                                **where}) from None
             progress.close(stats.rows)
             run_sha = digest.hexdigest()
             _refuse_empty(stats, src)
