@@ -123,6 +123,7 @@ def _instance(storage):
     # migration stamps, leaving two alembic heads that break every later call: the first to take the
     # lock creates them, the other then opens what exists.
     with _exclusive(home / ".create.lock"):
+        _drop_unfinished_index(home)
         instance = dg.DagsterInstance.local_temp(tempdir=str(home))
         from whileai_pipeline.defs.partitions import PARTITIONS_NAME
 
@@ -155,6 +156,35 @@ def _instance_error(exc) -> str:
 def _one_line(text) -> str:
     """The first paragraph of an error message on one line, without a final period."""
     return " ".join(text.strip().split("\n\n", 1)[0].split()).rstrip(".")
+
+
+def _drop_unfinished_index(home):
+    """Remove the instance's event log index if the command that created it was killed before it was
+    finished, so Dagster creates it again.
+
+    Dagster creates ``history/runs/index.db`` only when the file does not exist; a command killed while
+    it did (the first command on a fresh root, stopped by Ctrl-C or a CI timeout) left the file without
+    its tables, and every later command on that root failed with "Using dynamic partitions definitions
+    requires the dynamic partitions table ... run `dagster instance migrate`". An index whose creation
+    finished has its alembic stamp (written last); one without it and without a registered run holds
+    nothing to lose, and Dagster rebuilds the rest of it from the runs' own event files.
+    """
+    import sqlite3
+
+    index = home / "history" / "runs" / "index.db"
+    if not index.is_file():
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{index}?mode=ro", uri=True)) as db:
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "alembic_version" in tables or ("dynamic_partitions" in tables and
+                                               db.execute("SELECT 1 FROM dynamic_partitions LIMIT 1").fetchone()):
+                return
+    except sqlite3.Error:  # not an unfinished index of ours: Dagster says what is wrong with it
+        return
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{index}{suffix}")
 
 
 @contextlib.contextmanager
