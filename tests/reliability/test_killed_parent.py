@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 import whileai_pipeline.simulations as wai
 
 from .test_source_rewritten import PREVIOUS, _run
@@ -32,6 +34,16 @@ def on_progress(done):
             fh.write(" ".join(str(child.pid) for child in multiprocessing.active_children()))
         os.kill(os.getpid(), signal.SIGKILL)
 
+if sys.argv[4] == "at once":  # killed as its workers start: they are still importing when it dies
+    import concurrent.futures as cf
+    submit = cf.ProcessPoolExecutor.submit
+
+    def submit_then_die(self, *args, **kwargs):
+        future = submit(self, *args, **kwargs)
+        on_progress(100)
+        return future
+
+    cf.ProcessPoolExecutor.submit = submit_then_die
 wai.export_datasets(sys.argv[1], {"openai": sys.argv[2], "trl": sys.argv[2] + ".trl"}, workers=2, validate=False,
                     progress=on_progress)
 """
@@ -52,13 +64,14 @@ def _running(pid) -> bool:
         return True
 
 
-def test_workers_end_with_a_killed_parent_and_the_next_export_is_whole(tmp_path):
+@pytest.mark.parametrize("when", ["mid export", "at once"])
+def test_workers_end_with_a_killed_parent_and_the_next_export_is_whole(tmp_path, when):
     src = _run(tmp_path / "run.jsonl")
     out = tmp_path / "out" / "sft.jsonl"
     out.parent.mkdir()
     out.write_bytes(PREVIOUS)
     pids_file = tmp_path / "workers.txt"
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_MID_EXPORT, str(src), str(out), str(pids_file)],
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_MID_EXPORT, str(src), str(out), str(pids_file), when],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     workers = []
     try:

@@ -347,27 +347,29 @@ class PartFiles:
                 os.unlink(part)
 
 
-def _one_thread_each():
+def _one_thread_each(parent):
     """A worker's numeric libraries run on one thread: the pool already has a process per core, and
     numpy's OpenBLAS would start a thread per core in every worker at import. An explicit setting of
-    the user's is kept. The worker also ends with its parent (``_exit_with_parent``)."""
+    the user's is kept. The worker also ends with ``parent``, the pid of the process that started it
+    (``_exit_with_parent``)."""
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(name, "1")
-    _exit_with_parent()
+    _exit_with_parent(parent)
 
 
 PARENT_POLL_SECONDS = 0.5
 
 
-def _exit_with_parent():
+def _exit_with_parent(parent):
     """End this worker once the process that started it is gone.
 
     A worker waits for its next task on a queue its parent feeds; when the parent is SIGKILLed (the OOM
     killer, a CI timeout, ``kill -9`` of the CLI) nothing ever closes that queue, so the worker waited
     forever, holding its memory and the killed command's stdout and stderr (a caller reading them until
     EOF hung too). A thread notices the worker being handed to another parent and exits the process.
+    ``parent`` is the pid the parent gave: a worker still starting up when its parent died already has
+    another parent here, which ``os.getppid()`` would have taken for its own.
     """
-    parent = os.getppid()
 
     def watch():
         while os.getppid() == parent:
@@ -383,7 +385,7 @@ class WorkerPool:
     def __init__(self, workers):
         self.workers = workers
         self._pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=_one_thread_each)
+                                            initializer=_one_thread_each, initargs=(os.getpid(),))
 
     def __enter__(self):
         return self
