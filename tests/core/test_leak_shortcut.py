@@ -2,18 +2,26 @@
 
 from hypothesis import given, settings, strategies as st
 
-from whileai_pipeline.core.gates import _lowered_replies, leak_verdict
-from whileai_pipeline.core.text import normalize
+from whileai_pipeline.core.conversation import conversation
+from whileai_pipeline.core.gates import leak_verdict
 
 # Letters whose case mapping is unusual (final sigma, dotted I, ligatures), and assorted whitespace.
 ALPHABET = st.sampled_from(list("abcXYZ Σσςİıßẞﬁǅ\u00a0\u2003\t\n\r\x1c.,-:") + ["ΟΔΟΣ", "İstanbul", "STRASSE"])
 TEXT = st.lists(ALPHABET, max_size=40).map("".join)
 
 
+def normalize(value: str) -> str:
+    """Spec 6.2's normalize, written out here: whitespace runs to one space, trimmed, lowercased."""
+    return " ".join(value.split()).lower()
+
+
 def leak_haystack(row) -> str:
-    """What the trainer would imitate (final_text and every assistant turn, opener included), normalized
-    whole: what leak_verdict searches when its shortcut does not apply."""
-    return normalize(_lowered_replies(row, None))
+    """Spec 6.2's haystack, built here rather than with the gate's own helper (the expected verdict must
+    not come from the code under test): final_text, then the string content of every assistant message
+    of ``conversation(row)`` (opener included), empty parts dropped, joined with newlines, normalized."""
+    parts = [row.get("final_text") or ""]
+    parts += [m["content"] for m in conversation(row) if m.get("role") == "assistant" and isinstance(m["content"], str)]
+    return normalize("\n".join(p for p in parts if p))
 
 
 def _slow_verdict(row, min_len=12):
