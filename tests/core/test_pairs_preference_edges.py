@@ -1,0 +1,124 @@
+"""Pair building and the preference export on inputs that hand-made mutants of ``core/pairs.py`` and
+``core/preference.py`` showed no other test reached. Expected values are written out from EXPORT_SPEC.md
+(7.3, 7.4, 8.2) and DECISIONS.md (8, 12), not computed by the library."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import whileai_pipeline.simulations as wai
+
+REFERENCE = "the customer already got a refund last week"
+
+
+def _row(prompt, reward, text, **extra):
+    return {"prompt": prompt, "steps": [{"text": text}], "final_text": text, "reward": reward, **extra}
+
+
+def _side(text, privileged=None):
+    side = {"prompt": "Refund A", "steps": [{"text": text}], "final_text": text}
+    if privileged:
+        side["privileged"] = {"reference": privileged}
+    return side
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+# ------------------------------------------------------------ build_preference_pairs (spec 8.2)
+
+
+def test_spec_8_2_worked_example():
+    """Spec 8.2's example: prompts group after lowercasing and collapsing whitespace; the 0.5 row is no
+    contrast for 1.0 at min_margin 1.0; "No." (3 chars) is closer to the 20-char reply than the 52-char
+    refusal."""
+    refusal = "I am sorry, but I cannot help with refunds right now"
+    assert len(refusal) == 52
+    chosen = {"prompt": "Refund  order A", "model_version": "m1", "reward": 1, "final_text": "Refunded your order.",
+              "steps": [{"tool": "refund", "arguments": {"id": "A"}, "result": {"ok": True}}]}
+    no = _row("refund order a", 0, "No.", model_version="m1", failure_class="refusal")
+    long_no = _row("Refund order A", 0, refusal, model_version="m1", failure_class="refusal")
+    maybe = _row("Refund order A", 0.5, "Maybe", model_version="m1")
+    pairs, report = wai.build_preference_pairs([chosen, no, long_no, maybe])
+    assert len(pairs) == 1
+    (pair,) = pairs
+    assert pair["chosen"] is chosen and pair["rejected"] is no
+    assert (pair["prompt"], pair["margin"], pair["length_delta"], pair["same_policy"]) == ("Refund  order A", 1.0, 17, True)
+    assert pair["rejected_failure_class"] == "refusal"
+    assert (report["prompts_seen"], report["prompts_with_contrast"], report["pairs"]) == (1, 1, 1)
+
+
+def test_margins_round_to_six_places_and_their_mean_to_four():
+    """Spec 8.2: ``margin = round(chosen_score - rejected_score, 6)``; ``mean_margin`` round 4; a pair
+    whose either score is not exactly 0.0 or 1.0 is a partial-score pair."""
+    rows = [_row("p", 0.87654321, "good"), _row("p", 0.1, "bad"),
+            _row("q", 1.0, "good"), _row("q", 0.25, "bad")]
+    pairs, report = wai.build_preference_pairs(rows, min_margin=0.5)
+    assert [p["margin"] for p in pairs] == [0.776543, 0.75]
+    assert report["mean_margin"] == 0.7633  # (0.776543 + 0.75) / 2 = 0.7632715
+    assert report["partial_score_pairs"] == 2  # "q": 1.0 is exact, 0.25 is not
+
+
+def test_median_delta_is_the_upper_median():
+    """Spec 8.2: ``median_delta`` = sorted deltas at index n // 2 (the upper median)."""
+    rows = [_row("p", 1, "abcdef"), _row("p", 0, "abcde"),  # delta 1
+            _row("q", 1, "abcdefghij"), _row("q", 0, "abcde")]  # delta 5
+    pairs, report = wai.build_preference_pairs(rows)
+    assert [p["length_delta"] for p in pairs] == [1, 5]
+    assert report["length"] == {"median_delta": 5, "chosen_longer": 2, "chosen_longer_frac": 1.0}
+
+
+def test_a_structured_reason_loses_its_privileged_keys_before_it_becomes_text():
+    """DECISIONS 8 over spec 8.2's ``chosen_reason = text(reason or "")``: the scrub comes first, so the
+    text (Python's str of a dict) holds no privileged key or value."""
+    reason = {"note": "ok", "privileged": {"reference": REFERENCE}}
+    pairs, _ = wai.build_preference_pairs([_row("p", 1, "yes", reason=reason), _row("p", 0, "no", reason=reason)])
+    assert (pairs[0]["chosen_reason"], pairs[0]["rejected_reason"]) == ("{'note': 'ok'}", "{'note': 'ok'}")
+
+
+# ------------------------------------------------------------ length-confound rule (spec 7.4)
+
+
+@pytest.mark.parametrize("longer,n,warns", [(3, 3, True), (2, 2, False), (6, 8, True), (5, 8, False),
+                                            (5, 7, False), (7, 9, True)])
+def test_length_confound_rule_spec_7_4(longer, n, warns):
+    pairs = [{"prompt": f"p{i}", "chosen": _side("Refunded."), "rejected": _side("No."),
+              "length_delta": 6 if i < longer else -1} for i in range(n)]
+    report = wai.export_preference(pairs)
+    assert report["chosen_longer_frac"] == round(longer / n, 3)
+    note = (f"chosen is the longer reply in {longer}/{n} pairs; a preference trainer learns length before "
+            "behavior (Lambert 2025, chapter Direct Alignment)")
+    assert report.get("warnings", []) == ([note] if warns else [])
+
+
+# ------------------------------------------------------------ preference leak gate (DECISIONS 12)
+
+
+def test_a_chosen_side_that_quotes_its_reference_is_refused(tmp_path):
+    """DECISIONS 12: a chosen side quoting its privileged block is a leak, refused under validate=True."""
+    pair = {"prompt": "Refund A", "chosen": _side(f"Sure: {REFERENCE}.", REFERENCE),
+            "rejected": _side("No.", REFERENCE)}
+    out = tmp_path / "dpo.jsonl"
+    with pytest.raises(wai.PrivilegedLeakError) as caught:
+        wai.export_preference([pair], out)
+    assert str(caught.value).startswith("privileged_leak: 1 of 1 chosen replies")
+    leaks = caught.value.report["privileged_leaks"]
+    assert (leaks["n_checked"], leaks["n_leaked"], leaks["rejected_quoting"]) == (1, 1, 0)
+    assert not out.exists()
+
+
+def test_a_rejected_side_that_quotes_its_reference_is_counted_and_kept(tmp_path):
+    """DECISIONS 12: a rejected side quoting it is a useful negative: counted in ``rejected_quoting``,
+    named in a warning, not refused."""
+    pair = {"prompt": "Refund A", "chosen": _side("Let me check that for you.", REFERENCE),
+            "rejected": _side(f"Well, {REFERENCE}.", REFERENCE)}
+    out = tmp_path / "dpo.jsonl"
+    report = wai.export_preference([pair], out)
+    leaks = report["privileged_leaks"]
+    assert (leaks["n_checked"], leaks["n_leaked"], leaks["rejected_quoting"]) == (1, 0, 1)
+    assert ("1 rejected replies quote their own privileged context; they are kept as negatives (DPO pushes them "
+            "down), but a grader that rewards such replies needs a look.") in report["warnings"]
+    (row,) = _lines(out)
+    assert row["rejected"][-1] == {"role": "assistant", "content": f"Well, {REFERENCE}."}
