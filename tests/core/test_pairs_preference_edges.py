@@ -122,3 +122,36 @@ def test_a_rejected_side_that_quotes_its_reference_is_counted_and_kept(tmp_path)
             "down), but a grader that rewards such replies needs a look.") in report["warnings"]
     (row,) = _lines(out)
     assert row["rejected"][-1] == {"role": "assistant", "content": f"Well, {REFERENCE}."}
+
+
+def test_a_chosen_side_is_searched_in_its_own_rebuilt_conversation(tmp_path):
+    """Spec 6.2 per side: the chosen row's haystack is its final_text and *its* assistant turns. Here the
+    quote is in a chosen step (the final is dropped by spec 1.4 step 9 but still searched) and both sides
+    are rebuilt from steps: the gate must search the chosen side's turns, not the rejected side's."""
+    chosen = {"prompt": "Refund A", "steps": [{"text": f"Sure: {REFERENCE}."}], "final_text": "Done.",
+              "privileged": {"reference": REFERENCE}}
+    rejected = {"prompt": "Refund A", "steps": [{"text": "No."}], "final_text": "No.",
+                "privileged": {"reference": REFERENCE}}
+    with pytest.raises(wai.PrivilegedLeakError):
+        wai.export_preference([{"prompt": "Refund A", "chosen": chosen, "rejected": rejected}], tmp_path / "dpo.jsonl")
+    report = wai.export_preference([{"prompt": "Refund A", "chosen": chosen, "rejected": rejected}], validate=False)
+    assert (report["privileged_leaks"]["n_leaked"], report["privileged_leaks"]["rejected_quoting"]) == (1, 0)
+
+
+def test_validate_false_exports_a_quoting_chosen_side_with_a_warning(tmp_path):
+    """DECISIONS 12 + spec 5.6 (warning 1, the SFT counterpart): let through under validate=False, a
+    quoting chosen side is counted and named in a warning."""
+    pair = {"prompt": "Refund A", "chosen": _side(f"Sure: {REFERENCE}.", REFERENCE), "rejected": _side("No.")}
+    out = tmp_path / "dpo.jsonl"
+    report = wai.export_preference([pair], out, validate=False)
+    assert report["privileged_leaks"]["n_leaked"] == 1
+    warned = [w for w in report.get("warnings", []) if "quote their own privileged context" in w]
+    assert len(warned) == 1 and warned[0].startswith("1 of 1 chosen replies") and "validate=False" in warned[0]
+    assert len(_lines(out)) == 1
+
+
+def test_a_zero_length_delta_is_not_chosen_longer():
+    """Spec 7.3 step 8: ``chosen_longer_frac = round(#(delta > 0) / #deltas, 3)``: 0 is not longer."""
+    pairs = [{"prompt": f"p{i}", "chosen": _side("Refunded."), "rejected": _side("No."), "length_delta": delta}
+             for i, delta in enumerate([0, 5, 0])]
+    assert wai.export_preference(pairs)["chosen_longer_frac"] == 0.333
