@@ -2,6 +2,10 @@
 test reached. Expected values are written out from the spec, not computed by the library."""
 from __future__ import annotations
 
+import json
+
+import pytest
+
 import whileai_pipeline.simulations as wai
 
 OPENER_ONLY = {"opener": "Hi, I'm the bot.", "prompt": "I need help", "steps": [], "final_text": "Sure"}  # E4
@@ -19,3 +23,34 @@ def test_with_a_system_prompt_the_opener_is_a_completion():
     (row,) = wai.to_trl(wai.training_rows([OPENER_ONLY], system_prompt="SYS"), kind="completion")
     assert row["prompt"] == [{"role": "system", "content": "SYS"}]
     assert row["completion"] == [{"role": "assistant", "content": "Hi, I'm the bot."}]
+
+
+def test_a_prompt_that_is_no_string_is_not_moved_to_prompt_text():
+    """Spec 4.1: ``prompt`` is removed; only a non-empty string is re-added as ``prompt_text``."""
+    rows = [{"messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}], "prompt": prompt}
+            for prompt in (123, ["u"], "", "ask")]
+    out = wai.to_trl(rows)
+    assert [("prompt" in row, row.get("prompt_text")) for row in out] == [(False, None)] * 3 + [(False, "ask")]
+
+
+def test_a_tool_call_function_that_is_no_object_is_refused_with_its_row():
+    """Spec 4.1: a truthy non-object ``function`` makes the copy fail with a ValueError (ours names the row);
+    a list that ``dict()`` could read (``["ab"]`` -> ``{"a": "b"}``) must not slip through as a function."""
+    good = {"messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]}
+    for function in ("lookup", ["ab"]):
+        bad = {"messages": [{"role": "assistant", "content": "", "tool_calls": [{"function": function}]}]}
+        with pytest.raises(wai.BadRowError, match=r"index 1 of the rows given: tool call function must be an object"):
+            wai.to_trl([good, bad])
+
+
+def test_trl_rows_carry_no_loss_mask(tmp_path):
+    """DECISIONS 16: TRL SFT rows carry no ``loss_mask`` (SFTTrainer reads none), in either TRL shape."""
+    rows = [{"prompt": "p", "steps": [{"text": "a"}], "final_text": "a", "reward": 1}]
+    for mask_mode in ("assistant", "final"):
+        out = tmp_path / f"{mask_mode}.jsonl"
+        wai.export_dataset(rows, out, format="trl", mask_mode=mask_mode)
+        (line,) = out.read_text(encoding="utf-8").splitlines()
+        assert "loss_mask" not in json.loads(line)
+    (row,) = wai.to_trl(wai.training_rows(rows))
+    assert row["messages"] == [{"role": "user", "content": "p"}, {"role": "assistant", "content": "a"}]
+    assert "loss_mask" not in row
