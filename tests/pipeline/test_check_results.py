@@ -1,0 +1,81 @@
+"""The blocking gate checks' verdicts, from materialization metadata shaped as the export asset writes it
+(``formats``, ``validate``, ``<format>/report``), for cases a real run reaches only rarely: two formats
+whose reports disagree. A failed gate under validate=True must not pass, whichever format failed."""
+
+import dagster as dg
+import pytest
+
+from whileai_pipeline.defs.checks import _leak_result, _roundtrip_result
+
+ERROR, WARN = dg.AssetCheckSeverity.ERROR, dg.AssetCheckSeverity.WARN
+
+CLEAN = {"checked": True, "n_checked": 1, "n_leaked": 0, "rejected_quoting": 0,
+         "summary": "checked 1 of 1 rows: no reply quoted its privileged context"}
+LEAKED = {"checked": True, "n_checked": 2, "n_leaked": 1, "rejected_quoting": 0,
+          "summary": "checked 2 of 2 rows: 1 quoted privileged context (50%)"}
+NOTHING = {"checked": False, "n_checked": 0, "n_leaked": 0, "rejected_quoting": 0,
+           "summary": "checked 0 of 1 rows: none carried privileged context, so this says nothing about leaks"}
+
+
+def _metadata(reports, validate=True):
+    metadata = {"formats": dg.MetadataValue.json(list(reports)), "validate": dg.MetadataValue.bool(validate),
+                "status": dg.MetadataValue.text("rejected" if validate else "published")}
+    for fmt, report in reports.items():
+        metadata[f"{fmt}/report"] = dg.MetadataValue.json(report)
+    return metadata
+
+
+@pytest.mark.parametrize("order", [("openai", "trl"), ("trl", "openai")])
+def test_a_leak_in_either_format_fails_the_leak_check(order):
+    """A TRL preference export can drop a pair the openai one keeps (no completion), so the formats' leak
+    counts may differ; the leak found in one of them refuses the export however the formats are ordered."""
+    reports = {fmt: {"privileged_leaks": LEAKED if fmt == "openai" else CLEAN} for fmt in order}
+    result = _leak_result(_metadata(reports), "run")
+    assert (result.passed, result.severity) == (False, ERROR)
+    assert result.description.endswith(". Export refused; candidate kept under rejected/.")
+
+
+@pytest.mark.parametrize("order", [("openai", "trl"), ("trl", "openai")])
+def test_one_format_that_read_privileged_context_makes_the_leak_check_a_real_one(order):
+    """DECISIONS 13: the WARN "nothing to read" pass is only for a check that read nothing in any format."""
+    reports = {fmt: {"privileged_leaks": CLEAN if fmt == "openai" else NOTHING} for fmt in order}
+    result = _leak_result(_metadata(reports), "run")
+    assert (result.passed, result.severity) == (True, ERROR)
+    assert not result.description.startswith("NOTHING TO READ")
+
+
+def test_a_quoting_chosen_side_fails_even_beside_quoting_rejected_sides():
+    """DECISIONS 12: rejected sides that quote are a WARN note, but a quoting chosen side still refuses."""
+    both = dict(LEAKED, rejected_quoting=2)
+    result = _leak_result(_metadata({"openai": {"privileged_leaks": both}}), "run")
+    assert (result.passed, result.severity) == (False, ERROR)
+    assert "2 rejected side(s) quote their privileged context" in result.description
+    assert result.metadata["rejected_quoting"].value == 2
+
+
+def test_only_quoting_rejected_sides_pass_with_warn():
+    only_rejected = dict(CLEAN, rejected_quoting=1)
+    result = _leak_result(_metadata({"openai": {"privileged_leaks": only_rejected}}), "run")
+    assert (result.passed, result.severity) == (True, WARN)
+
+
+def test_a_leak_check_that_read_nothing_passes_with_warn():
+    result = _leak_result(_metadata({"openai": {"privileged_leaks": NOTHING}}), "run")
+    assert (result.passed, result.severity) == (True, WARN)
+    assert result.description.startswith("NOTHING TO READ: ")
+
+
+def test_a_leak_let_through_by_validate_false_passes_with_warn():
+    result = _leak_result(_metadata({"openai": {"privileged_leaks": LEAKED}}, validate=False), "run")
+    assert (result.passed, result.severity) == (True, WARN)
+    assert result.description.endswith(". Exported anyway (validate=False).")
+
+
+@pytest.mark.parametrize("order", [("openai", "trl"), ("trl", "openai")])
+def test_an_invalid_call_in_either_format_fails_the_roundtrip_check(order):
+    rt = {"openai": {"checked": 3, "invalid": 0, "rows": []}, "trl": {"checked": 3, "invalid": 1, "rows": [4]}}
+    reports = {fmt: {"tool_call_roundtrip": rt[fmt]} for fmt in order}
+    result = _roundtrip_result(_metadata(reports), "run")
+    assert (result.passed, result.severity) == (False, ERROR)
+    assert "trl: 1 of 3 (rows [4])" in result.description
+    assert result.metadata["trl/invalid"].value == 1
