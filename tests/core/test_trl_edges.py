@@ -54,3 +54,17 @@ def test_trl_rows_carry_no_loss_mask(tmp_path):
     (row,) = wai.to_trl(wai.training_rows(rows))
     assert row["messages"] == [{"role": "user", "content": "p"}, {"role": "assistant", "content": "a"}]
     assert "loss_mask" not in row
+
+
+def test_completion_rows_split_at_the_last_assistant_turn():
+    """DECISIONS 16: prompt = the messages before the last assistant turn, completion = that turn and after."""
+    messages = [{"role": "user", "content": "u1"}, {"role": "assistant", "content": "a1"},
+                {"role": "user", "content": "u2"}, {"role": "assistant", "content": "a2"},
+                {"role": "tool", "content": "t"}]
+    (row,) = wai.to_trl([{"messages": messages, "loss_mask": [0, 0, 0, 1, 0]}], kind="completion")
+    assert row == {"prompt": messages[:3], "completion": messages[3:]}
+
+
+def test_a_training_row_without_messages_gets_an_empty_list():
+    """Spec 4.1: every TRL training row has its ``messages``; the prompt moves to ``prompt_text``."""
+    assert wai.to_trl([{"prompt": "p", "reward": 1}]) == [{"reward": 1, "messages": [], "prompt_text": "p"}]
