@@ -26,16 +26,12 @@ _CONTAINERS = ("object", "array")
 _JSON_STARTS = frozenset('{["-0123456789tfn')
 
 
-def _kind(value) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "object" if isinstance(value, dict) else "array"
+def json_type(value) -> str:
+    """The JSON type name of a parsed value ("object", "integer", ...); another Python type's own name."""
+    if value is None:
+        return "null"
+    return {dict: "object", list: "array", str: "string", bool: "boolean",
+            int: "integer", float: "number"}.get(type(value), type(value).__name__)
 
 
 class ColumnKinds:
@@ -70,7 +66,7 @@ class ColumnKinds:
                                        "text": False}
         elif seen["text"]:
             return  # the loader keeps this path as JSON text whatever later rows hold: nothing below changes
-        kind = _kind(value)
+        kind = json_type(value)
         seen["kinds"].setdefault(kind, line)
         if kind == "object":
             keys = frozenset(value)
@@ -89,7 +85,7 @@ class ColumnKinds:
                 return
             for item in value:
                 self._walk(line, (*path, ITEM), item)
-        elif seen["text"] is False and len(seen["kinds"]) > 1 and _kept_as_text(seen):
+        elif len(seen["kinds"]) > 1 and _kept_as_text(seen):
             seen["text"] = True
         elif kind == "string" and seen["json_text"] is None and _is_json_text(value):
             seen["json_text"] = (line, value)
@@ -117,7 +113,7 @@ class ColumnKinds:
         """``(line, warning)`` pairs, one per path, in path order; a warning has ``severity``, ``code``,
         ``where`` and ``message``."""
         out = []
-        text_paths = {path for path, seen in self.paths.items() if _kept_as_text(seen)}
+        text_paths = {path for path, seen in self.paths.items() if seen["text"]}
         for path in sorted(self.paths, key=lambda p: tuple(map(str, p))):
             if any(path[:n] in text_paths for n in range(1, len(path) + 1)):
                 continue  # stored as JSON text: comes back as written
@@ -164,7 +160,7 @@ def _is_json_text(text: str) -> bool:
 
 def _kind_of_text(text: str) -> str:
     value = orjson.loads(text)
-    return "null" if value is None else f"{_kind(value)} {value!r:.40}"
+    return "null" if value is None else f"{json_type(value)} {value!r:.40}"
 
 
 def _where(path) -> str:

@@ -63,7 +63,7 @@ from pathlib import Path
 
 import orjson
 
-from .datasets_types import ColumnKinds
+from .datasets_types import ColumnKinds, json_type
 
 FORMATS = ("openai", "trl")
 ROLES = ("system", "user", "assistant", "tool")
@@ -107,13 +107,6 @@ NOTE_OUR_PREFERENCE = (
 )
 
 
-def _type(value) -> str:
-    if value is None:
-        return "null"
-    return {dict: "object", list: "array", str: "string", bool: "boolean",
-            int: "integer", float: "number"}.get(type(value), type(value).__name__)
-
-
 def _short(value, n=60) -> str:
     text = repr(value)
     return text if len(text) <= n else text[: n - 3] + "..."
@@ -145,13 +138,13 @@ class _Row:
                 self.error("tools_not_json", where, f"tools is a string that is not JSON ({exc})")
                 return set()
         if not isinstance(tools, list):
-            self.error("tools_not_list", where, f"tools must be a list, got {_type(tools)}")
+            self.error("tools_not_list", where, f"tools must be a list, got {json_type(tools)}")
             return set()
         names = set()
         for i, tool in enumerate(tools):
             w = f"{where}[{i}]"
             if not isinstance(tool, dict):
-                self.error("tool_not_object", w, f"a tool must be an object, got {_type(tool)}")
+                self.error("tool_not_object", w, f"a tool must be an object, got {json_type(tool)}")
                 continue
             if tool.get("type") != "function":
                 self.error("tool_type", f"{w}.type",
@@ -159,7 +152,7 @@ class _Row:
             fn = tool.get("function")
             if not isinstance(fn, dict):
                 self.error("tool_function_missing", f"{w}.function",
-                           f"a tool needs a 'function' object, got {_type(fn)}")
+                           f"a tool needs a 'function' object, got {json_type(fn)}")
                 continue
             name = fn.get("name")
             if not isinstance(name, str) or not name or (self.fmt == "openai" and not NAME_RE.match(name)):
@@ -171,10 +164,10 @@ class _Row:
                 names.add(name)
             if "description" in fn and not isinstance(fn["description"], str):
                 self.error("tool_description", f"{w}.function.description",
-                           f"description must be a string, got {_type(fn['description'])}")
+                           f"description must be a string, got {json_type(fn['description'])}")
             if "strict" in fn and not isinstance(fn["strict"], bool):
                 self.error("tool_strict", f"{w}.function.strict",
-                           f"strict must be a boolean, got {_type(fn['strict'])}")
+                           f"strict must be a boolean, got {json_type(fn['strict'])}")
             if "parameters" in fn:
                 self.schema(fn["parameters"], f"{w}.function.parameters")
         return names
@@ -182,7 +175,7 @@ class _Row:
     def schema(self, params, where):
         if not isinstance(params, dict):
             self.error("parameters_not_object", where,
-                       f"parameters must be a JSON-schema object, got {_type(params)}")
+                       f"parameters must be a JSON-schema object, got {json_type(params)}")
             return
         if params.get("type", "object") != "object":
             self.error("parameters_type", f"{where}.type",
@@ -191,13 +184,13 @@ class _Row:
         if props is not None:
             if not isinstance(props, dict):
                 self.error("parameters_properties", f"{where}.properties",
-                           f"properties must be an object, got {_type(props)}")
+                           f"properties must be an object, got {json_type(props)}")
                 props = None
             else:
                 for key, sub in props.items():
                     if not isinstance(sub, dict):
                         self.error("parameters_property", f"{where}.properties.{key}",
-                                   f"each property must be a schema object, got {_type(sub)}")
+                                   f"each property must be a schema object, got {json_type(sub)}")
         required = params.get("required")
         if required is not None:
             if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
@@ -234,13 +227,13 @@ class _Row:
                                f"{' or an image_url part' if role == 'user' else ''}, got {_short(part)}")
             return
         self.error("content_not_string", f"{where}.content",
-                   f"{role} content must be a string, got {_type(content)}")
+                   f"{role} content must be a string, got {json_type(content)}")
 
     def call(self, call, i, where, ids_seen, declared):
         """One assistant tool call; returns its id (or None)."""
         w = f"{where}.tool_calls[{i}]"
         if not isinstance(call, dict):
-            self.error("tool_call_not_object", w, f"a tool call must be an object, got {_type(call)}")
+            self.error("tool_call_not_object", w, f"a tool call must be an object, got {json_type(call)}")
             return None
         call_id = call.get("id")
         if self.fmt == "openai" or "id" in call:
@@ -258,7 +251,7 @@ class _Row:
         fn = call.get("function")
         if not isinstance(fn, dict):
             self.error("tool_call_function_missing", f"{w}.function",
-                       f"a tool call needs a 'function' object with name and arguments, got {_type(fn)}")
+                       f"a tool call needs a 'function' object with name and arguments, got {json_type(fn)}")
             return call_id
         name = fn.get("name")
         if not isinstance(name, str) or not name:
@@ -277,7 +270,7 @@ class _Row:
         if self.fmt == "openai":
             if not isinstance(args, str):
                 self.error("arguments_not_string", aw,
-                           f"OpenAI wants arguments as a JSON string, got {_type(args)} (export format='openai')")
+                           f"OpenAI wants arguments as a JSON string, got {json_type(args)} (export format='openai')")
                 return call_id
             try:
                 parsed = orjson.loads(args)
@@ -286,11 +279,11 @@ class _Row:
                 return call_id
             if not isinstance(parsed, dict):
                 self.error("arguments_not_object", aw,
-                           f"arguments must parse to an object, parsed to {_type(parsed)}: {_short(args)}")
+                           f"arguments must parse to an object, parsed to {json_type(parsed)}: {_short(args)}")
         elif not isinstance(args, dict):
             hint = (" (a JSON string is rendered quoted a second time by | tojson; export format='trl')"
                     if isinstance(args, str) else "")
-            self.error("arguments_not_object", aw, f"TRL wants arguments as an object, got {_type(args)}{hint}")
+            self.error("arguments_not_object", aw, f"TRL wants arguments as an object, got {json_type(args)}{hint}")
         return call_id
 
     def conversation(self, messages, where, *, declared=frozenset(), parallel=None,
@@ -299,7 +292,7 @@ class _Row:
         if state is None:
             state = {"seen": set(), "pending": [], "assistant": 0}
         if not isinstance(messages, list):
-            self.error("messages_not_list", where, f"must be a list of messages, got {_type(messages)}")
+            self.error("messages_not_list", where, f"must be a list of messages, got {json_type(messages)}")
             return state
         if not messages:
             self.error("messages_empty", where, "the list of messages is empty")
@@ -307,7 +300,7 @@ class _Row:
         for i, message in enumerate(messages):
             w = f"{where}[{i}]"
             if not isinstance(message, dict):
-                self.error("message_not_object", w, f"a message must be an object, got {_type(message)}")
+                self.error("message_not_object", w, f"a message must be an object, got {json_type(message)}")
                 continue
             role = message.get("role")
             if role not in ROLES:
@@ -338,7 +331,7 @@ class _Row:
                 if "tool_calls" in message and calls is not None:
                     if not isinstance(calls, list):
                         self.error("tool_calls_not_list", f"{w}.tool_calls",
-                                   f"tool_calls must be a list, got {_type(calls)}")
+                                   f"tool_calls must be a list, got {json_type(calls)}")
                         continue
                     if not calls:
                         self.error("tool_calls_empty", f"{w}.tool_calls", "tool_calls is an empty list (omit it)")
@@ -404,7 +397,7 @@ class _Row:
         parallel = row.get("parallel_tool_calls")
         if parallel is not None and not isinstance(parallel, bool):
             self.error("parallel_tool_calls_type", "parallel_tool_calls",
-                       f"must be a boolean, got {_type(parallel)}")
+                       f"must be a boolean, got {json_type(parallel)}")
             parallel = None
         if "messages" in row:
             self.extra_keys(row, OPENAI_ROW_KEYS)
@@ -415,13 +408,13 @@ class _Row:
             self.extra_keys(row, OPENAI_PREF_KEYS)
             inp = row.get("input")
             if not isinstance(inp, dict):
-                self.error("input_not_object", "input", f"input must be an object with messages, got {_type(inp)}")
+                self.error("input_not_object", "input", f"input must be an object with messages, got {json_type(inp)}")
                 return "openai_preference"
             declared = self.tools(inp.get("tools"), "input.tools")
             parallel = inp.get("parallel_tool_calls")
             if parallel is not None and not isinstance(parallel, bool):
                 self.error("parallel_tool_calls_type", "input.parallel_tool_calls",
-                           f"must be a boolean, got {_type(parallel)}")
+                           f"must be a boolean, got {json_type(parallel)}")
                 parallel = None
             for key in sorted(set(inp) - OPENAI_ROW_KEYS):
                 self.error("input_unrecognized_key", f"input.{key}", f"input does not accept key {key!r}")
@@ -444,7 +437,7 @@ class _Row:
             prompt = row.get("prompt")
             if prompt is not None and not isinstance(prompt, str):
                 self.error("prompt_type", "prompt",
-                           f"prompt is the raw prompt text (string or null), got {_type(prompt)}")
+                           f"prompt is the raw prompt text (string or null), got {json_type(prompt)}")
             for side in ("chosen", "rejected"):
                 if side not in row:
                     self.error("side_missing", side, f"a preference row needs {side!r}")
@@ -466,13 +459,13 @@ class _Row:
         kwargs = row.get("chat_template_kwargs", {})
         if not isinstance(kwargs, dict):  # TRL does **example.get("chat_template_kwargs", {})
             self.error("chat_template_kwargs_type", "chat_template_kwargs",
-                       f"chat_template_kwargs must be an object, got {_type(kwargs)} (TRL raises TypeError)")
+                       f"chat_template_kwargs must be an object, got {json_type(kwargs)} (TRL raises TypeError)")
         for key in TRL_READ_COLUMNS:
             if key in row:
                 self.error("trl_reads_column", key, f"TRL reads a {key!r} column: it replaces what TRL would "
                            "build from the conversation (drop or rename it)")
         if "label" in row and not isinstance(row["label"], bool):
-            self.error("label_type", "label", f"label must be a boolean, got {_type(row['label'])}")
+            self.error("label_type", "label", f"label must be a boolean, got {json_type(row['label'])}")
         if shape == "messages":
             self.conversation(row["messages"], "messages", declared=declared)
             return shape
@@ -571,7 +564,7 @@ def validate_row(row, format="openai", *, strict_keys=False) -> tuple[str, list[
     _check_format(format)
     checker = _Row(format, strict_keys)
     if not isinstance(row, dict):
-        checker.error("not_an_object", "", f"each line must be a JSON object, got {_type(row)}")
+        checker.error("not_an_object", "", f"each line must be a JSON object, got {json_type(row)}")
         return "unknown", checker.problems
     shape = checker.openai_row(row) if format == "openai" else checker.trl_row(row)
     return shape, checker.problems
