@@ -45,12 +45,21 @@ def _incoming(stage):
 
 def _stage_with_sidecar(incoming, stage, meta_src) -> None:
     """Put the finished ``incoming`` in place as ``stage`` together with a copy of the sidecar ``meta_src``
-    (or, when there is none, without the sidecar ``stage`` had): both or neither (``journal``), so a
-    stage never pairs new rows with an earlier run's system prompt and tools."""
+    (or, when there is none, without the sidecar ``stage`` had), see ``_put_in_place``."""
+    staged = meta_src is not None and meta_src.is_file()
+    if staged:
+        copy_atomic(meta_src, _incoming(meta_path_for(stage)))
+    _put_in_place(stage, incoming, staged)
+
+
+def _put_in_place(stage, rows, sidecar_staged, remove=()) -> None:
+    """Rename ``rows`` onto ``stage``, and the sidecar staged beside it (``_incoming`` of its name) onto
+    its own name when ``sidecar_staged`` (else remove the sidecar ``stage`` had), and remove ``remove``:
+    all or none (``journal``), so a stage never pairs new rows with an earlier run's system prompt and
+    tools."""
     meta_dest = meta_path_for(stage)
-    moves, remove = [(incoming, stage)], []
-    if meta_src is not None and meta_src.is_file():
-        copy_atomic(meta_src, _incoming(meta_dest))
+    moves, remove = [(rows, stage)], [path for path in remove if path.exists()]
+    if sidecar_staged:
         moves.append((_incoming(meta_dest), meta_dest))
     elif meta_dest.exists():
         remove.append(meta_dest)
@@ -155,9 +164,8 @@ def raw_simulation_data(
     # bytes even if the inbox file changes meanwhile. The previous stage survives a failed read.
     # The sidecar is snapshotted (and checked) first, and staged only with the run's rows: a stage
     # never pairs new rows with an old system prompt and tools, or the other way round.
-    snapshot = stage.with_name(f".{stage.name}.incoming")
-    meta_stage = meta_path_for(stage)
-    meta_snapshot = meta_stage.with_name(f".{meta_stage.name}.incoming")
+    snapshot = _incoming(stage)
+    meta_snapshot = _incoming(meta_path_for(stage))
     stats = RawStats()
     quarantined = 0
     try:
@@ -181,16 +189,13 @@ def raw_simulation_data(
             progress.close(stats.rows)
             run_sha = digest.hexdigest()
             _refuse_empty(stats, src)
-            rows, remove = snapshot, [quarantine]
+            rows = snapshot
         else:
             run_sha = sha256_file(snapshot)
             rows, quarantined = _copy_with_quarantine(snapshot, src, stage, quarantine, stats)
             _refuse_empty(stats, src)
-            remove = [] if quarantined else [quarantine]
         # the rows, their sidecar (or none: a stale one would still be read) and the quarantine, together
-        moves = [(rows, stage)] + ([(meta_snapshot, meta_stage)] if sidecar is not None else [])
-        remove += [] if sidecar is not None else [meta_stage]
-        journal.commit(stage.with_name(f".{stage.stem}{journal.SUFFIX}"), moves, [p for p in remove if p.exists()])
+        _put_in_place(stage, rows, sidecar is not None, remove=[] if quarantined else [quarantine])
     finally:
         for leftover in (snapshot, meta_snapshot, stage.with_name(f".{stage.name}.readable")):
             if leftover.exists():
