@@ -8,6 +8,9 @@
   settled: not modified for ``$WHILEAI_PIPELINE_SETTLE_SECONDS`` (default 30).
 * ``reexport_schedule``: on ``$WHILEAI_PIPELINE_CRON`` (default ``0 3 * * *``, daily at 03:00
   UTC), one re-export request per registered run.
+
+Both jobs carry ``RETRY_TAGS``: on an instance with ``run_retries: {enabled: true}``, a run whose run
+worker died is re-executed from where it stopped; a run that failed on its data is not.
 """
 
 import os
@@ -26,10 +29,25 @@ ENV_CRON = "WHILEAI_PIPELINE_CRON"
 DEFAULT_CRON = "0 3 * * *"
 DEFAULT_SETTLE_SECONDS = 30.0
 
+# Dagster's run retries (the daemon's auto re-execution; it runs when the instance sets
+# `run_retries: {enabled: true}`), read from each run's tags. Only a run that ended without a step
+# failing is retried: its run worker was killed (OOM, a restarted container, a lost pod or machine) or
+# crashed. The sensor requests each content once and the schedule re-exports from the stage files, so
+# without this such a run's data never reached the exports. A failed gate or a step that refused its
+# input (failure reason STEP_FAILURE) is not retried: the same input fails the same way. The retry
+# re-executes from the failure (the steps that had not succeeded, and what follows them); each step
+# takes the run's lock and finishes or removes what the killed step left (`_one_process_per_run`).
+RETRY_TAGS = {
+    "dagster/max_retries": "2",  # at most two retries of one run (the run group counts them)
+    "dagster/retry_on_asset_or_op_failure": "false",
+    "dagster/retry_strategy": "FROM_FAILURE",
+}
+
 simulation_chain_job = dg.define_asset_job(
     "simulation_chain",
     selection=dg.AssetSelection.assets(*ASSET_NAMES),
     description="The whole chain for one run: raw -> scored -> pairs -> SFT and DPO exports, with the gates.",
+    tags=RETRY_TAGS,
 )
 
 EXPORTS = (sft_export, dpo_export)
@@ -38,6 +56,7 @@ reexport_job = dg.define_asset_job(
     "reexport",
     selection=dg.AssetSelection.assets(sft_export, dpo_export),
     description="Re-export one run from its stage files (scored rows, pairs), with the gates.",
+    tags=RETRY_TAGS,
 )
 
 
