@@ -80,6 +80,49 @@ def test_sensor_requests_are_targeted_at_the_chain_job():
     assert inbox_sensor.job_name == "simulation_chain"
 
 
+# Dagster's run retries, as both jobs ask for them (on an instance with `run_retries: {enabled: true}`):
+# a run that ended without a failed step (its run worker killed or crashed) twice at most, never a run
+# that failed on a step (a gate, a refused input). tests/reliability/test_run_retries.py shows it with
+# a real daemon and a real kill.
+RETRIES = {"dagster/max_retries": "2", "dagster/retry_on_asset_or_op_failure": "false",
+           "dagster/retry_strategy": "FROM_FAILURE"}
+
+
+@pytest.mark.parametrize("job", ["simulation_chain", "reexport"])
+def test_both_jobs_ask_dagster_to_retry_a_crashed_run_twice_and_a_failed_step_never(job):
+    from dagster._core.events import JobFailureData, RunFailureReason
+
+    from whileai_pipeline.definitions import defs
+
+    job_def = defs.resolve_job_def(job)
+    # the tags every run of the job gets (Dagster adds them to the sensor's, the schedule's and launched runs)
+    assert {k: v for k, v in job_def.run_tags.items() if k in RETRIES} == RETRIES
+    with dg.instance_for_test(overrides={"run_retries": {"enabled": True}}) as instance:
+        def failed(reason=None, parent=None):
+            lineage = {}
+            if parent is not None:  # as the retry daemon makes a retry: ids and tags
+                lineage = {"root_run_id": parent.root_run_id or parent.run_id, "parent_run_id": parent.run_id}
+            tags = {**job_def.run_tags, **{f"dagster/{k}": v for k, v in lineage.items()}}
+            run = instance.create_run_for_job(job_def, status=dg.DagsterRunStatus.STARTED, tags=tags, **lineage)
+            instance.report_run_failed(run, job_failure_data=JobFailureData(error=None, failure_reason=reason))
+            return instance.get_run_by_id(run.run_id)
+
+        def will_retry(run):
+            return run.tags["dagster/will_retry"]
+
+        # killed (no reason: the code server or run monitoring failed it), interrupted, restarted, broken
+        for reason in (None, RunFailureReason.UNEXPECTED_TERMINATION, RunFailureReason.RUN_WORKER_RESTART,
+                       RunFailureReason.RUN_EXCEPTION, RunFailureReason.JOB_INITIALIZATION_FAILURE):
+            assert will_retry(failed(reason)) == "true", reason
+        # a gate or a step that refused its input: the same input would fail the same way
+        assert will_retry(failed(RunFailureReason.STEP_FAILURE)) == "false"
+        # bounded: the run and two retries, then no more
+        first = failed()
+        second = failed(parent=first)
+        third = failed(parent=second)
+        assert [will_retry(r) for r in (first, second, third)] == ["true", "true", "false"]
+
+
 def test_sensor_skips_content_already_materialized(chain):
     """A run the CLI already materialized is not requested again by a fresh sensor."""
     key = chain.register()
