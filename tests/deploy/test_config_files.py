@@ -38,6 +38,24 @@ def test_both_variants_share_storage_and_queue():
     a, b = (_yaml(DEPLOY / v / "dagster.yaml") for v in ("postgres", "distributed"))
     assert a["storage"] == b["storage"]
     assert a["run_coordinator"] == b["run_coordinator"]
+    assert a["run_monitoring"] == b["run_monitoring"]
+    assert a["run_retries"] == b["run_retries"]
+
+
+# The retry daemon on; a run is retried only as its job's tags say (defs/automation.py RETRY_TAGS):
+# runs without them (assets materialized from the UI) not at all, and never after a step failure.
+RUN_RETRIES = {"enabled": True, "max_retries": 0, "retry_on_asset_or_op_failure": False}
+
+
+def test_run_retries_are_on_in_every_variant():
+    for variant in ("postgres", "distributed"):
+        cfg = _yaml(DEPLOY / variant / "dagster.yaml")
+        assert cfg["run_retries"] == RUN_RETRIES, variant
+        assert cfg["run_monitoring"]["enabled"] is True, variant
+    daemon = _yaml(DEPLOY / "helm" / "values.yaml")["dagsterDaemon"]
+    assert daemon["runRetries"] == {"enabled": True, "maxRetries": 0, "retryOnAssetOrOpFailure": False}
+    # a dead run pod fails its run (then retried as a new run), not resumed in place
+    assert daemon["runMonitoring"]["enabled"] is True and daemon["runMonitoring"]["maxResumeRunAttempts"] == 0
 
 
 def test_helm_values_repeat_the_same_queue_limit_driver_and_module():
