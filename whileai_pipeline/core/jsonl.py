@@ -275,6 +275,65 @@ def exact_numbers(line, value):
     return json.loads(bytes(line))
 
 
+def strict_loads(text, *, exact=True):
+    """RFC 8259 JSON (DECISIONS 3), as the round-trip gate and the validator read it: ``NaN`` and
+    ``Infinity`` tokens, a number only a float beyond a double can hold (``1e400``) and a lone surrogate
+    escape are refused (``orjson.JSONDecodeError``); an integer of any size is JSON (RFC 8259 sets no
+    limit) and is read with every digit, as Python's json and the reference read it.
+
+    ``exact=False``: a caller that only needs the value's type skips the second read of a text orjson
+    accepted (``strict_line``).
+    """
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    return strict_line(data, exact=exact)[0]
+
+
+def strict_line(data, *, exact=True):
+    """``(value, long_run)``: ``data`` (bytes) read as ``strict_loads`` reads it, and whether it holds a
+    run of 19 digits, the only text that can hold an integer beyond 64 bits.
+
+    orjson answers for everything but such a text: it refuses an integer beyond a double and reads one
+    beyond 64 bits as a float, so that text is read again by Python's json.
+    """
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        if not has_long_digit_run(data):
+            raise
+        try:
+            return _strict_json(data), True
+        except (ValueError, RecursionError):
+            pass
+        raise
+    if not exact:
+        return value, None
+    if not has_long_digit_run(data):
+        return value, False
+    try:
+        return json.loads(bytes(data)), True
+    except RecursionError:  # nested deeper than Python's json reads: orjson's reading, floats and all
+        return value, True
+
+
+def _no_constant(token):
+    raise ValueError(f"{token} is not JSON")
+
+
+def _finite_float(literal):
+    value = float(literal)
+    if not math.isfinite(value):
+        raise ValueError(f"{literal[:20]} is beyond a double")
+    return value
+
+
+def _strict_json(data):
+    """Python's json, refusing what orjson refuses but big integers (``strict_loads``)."""
+    value = json.loads(bytes(data), parse_constant=_no_constant, parse_float=_finite_float)
+    if b"\\u" in data and _unicode_values(value) != value:  # a lone surrogate escape: not UTF-8 text
+        raise ValueError("lone surrogate")
+    return value
+
+
 def has_long_digit_run(data) -> bool:
     """Whether ``data`` (bytes-like) holds ``LONG_DIGIT_RUN`` ASCII digits in a row."""
     if len(data) < _SMALL_LINE:

@@ -12,6 +12,7 @@ import orjson
 
 from .errors import ExportError
 from .jsonl import LONG_DIGIT_RUN, dumps, dumps_reusing, jsonable
+from .jsonl import strict_loads as jsonl_strict_loads
 from .text import pyjson, text
 
 DECODE_PASSES = 3
@@ -21,8 +22,9 @@ _THINK = re.compile(r"<think>.*?</think>\s*", re.IGNORECASE | re.DOTALL)
 # ---------------------------------------------------------------- arguments
 
 def strict_loads(value: str):
-    """RFC 8259 JSON, what the round-trip gate accepts (DECISIONS 3): ``NaN``/``Infinity`` are not JSON."""
-    return orjson.loads(value)
+    """RFC 8259 JSON, what the round-trip gate accepts (DECISIONS 3): ``NaN``/``Infinity`` are not JSON,
+    an integer of any size is (``jsonl.strict_loads``; the gate needs only the value's type)."""
+    return jsonl_strict_loads(value, exact=False)
 
 
 def lenient_loads(value: str):
