@@ -22,6 +22,8 @@ import orjson
 
 COLUMNS = ("messages", "prompt", "completion", "chosen", "rejected", "tools")
 ITEM = "[]"  # a list's items, all at one path
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1  # what an Arrow int64 holds
+UJSON_MIN, UJSON_MAX = -2**63, 2**64 - 1  # what pandas' ujson reads as an integer (int64 or uint64)
 _CONTAINERS = ("object", "array")
 _JSON_STARTS = frozenset('{["-0123456789tfn')
 
@@ -39,7 +41,32 @@ class ColumnKinds:
 
     def __init__(self):
         self.paths: dict[tuple, dict] = {}
+        self.big_ints: dict[tuple, list] = {}  # path -> [first line, its value, values beyond int64]
         self._last_tools = None  # the JSON of the last ``tools`` walked
+
+    def add_big_ints(self, line, row):
+        """Note the integers beyond int64 in a row's conversational columns (the caller calls this only
+        for a line with 19 digits in a row: no other line can hold one)."""
+        if isinstance(row, dict):
+            for column in COLUMNS:
+                if column in row:
+                    self._find_big(line, (column,), row[column])
+
+    def _find_big(self, line, path, value):
+        kind = type(value)
+        if kind is int:
+            if not INT64_MIN <= value <= INT64_MAX:
+                seen = self.big_ints.get(path)
+                if seen is None:
+                    self.big_ints[path] = [line, value, 1]
+                else:
+                    seen[2] += 1
+        elif kind is dict:
+            for key, sub in value.items():
+                self._find_big(line, (*path, key), sub)
+        elif kind is list:
+            for item in value:
+                self._find_big(line, (*path, ITEM), item)
 
     def add(self, line, row):
         if not isinstance(row, dict):
@@ -92,6 +119,14 @@ class ColumnKinds:
 
     def merge(self, other: ColumnKinds):
         """Fold in the paths of a later part of the file (a worker's chunk)."""
+        for path, (line, value, count) in other.big_ints.items():
+            mine = self.big_ints.get(path)
+            if mine is None:
+                self.big_ints[path] = [line, value, count]
+            else:
+                if line < mine[0]:
+                    mine[0], mine[1] = line, value
+                mine[2] += count
         for path, theirs in other.paths.items():
             mine = self.paths.get(path)
             if mine is None:
@@ -133,7 +168,33 @@ class ColumnKinds:
                                     f"integers and floats (first float at line {kinds['number']}) at one path: "
                                     "datasets.load_dataset types the path float64, so an integer such as 7 loads as 7.0 "
                                     "and is rendered and trained so; write one number type per path across rows"))
-        return out
+        big = sorted((self._big_int_problem(path) for path in self.big_ints), key=lambda p: (p[0], p[1]["where"]))
+        return out + big
+
+    def _big_int_problem(self, path):
+        """What the loader does with an integer beyond int64 (checked against datasets 5.2: Arrow reads
+        it as a double, pandas' ujson, which reads a path kept as JSON text, refuses it beyond uint64)."""
+        line, value, count = self.big_ints[path]
+        digits = int.__repr__(value)
+        shown = digits if len(digits) <= 30 else f"{digits[:12]}...({len(digits)} digits)"
+        try:
+            as_float = repr(float(value))
+        except OverflowError:
+            as_float = "inf"
+        where = _where(path)
+        others = sorted(set(self.paths.get(path, {}).get("kinds", ())) - {"integer", "number"})
+        more = f" ({count} such values at this path)" if count > 1 else ""
+        fix = "; write such ids as strings in the run (the model then learns the digits as text)"
+        if others and not UJSON_MIN <= value <= UJSON_MAX:
+            return _problem(line, "datasets_big_int", where, (
+                f"the integer {shown}{more} does not fit in 64 bits and the path also holds {', '.join(others)}: "
+                "datasets.load_dataset refuses the file (ValueError: Value is too big!)" + fix), "error")
+        typed = ("types the path float64" if value > UJSON_MAX or value < UJSON_MIN else
+                 "types the path float64 (unless it keeps the column as JSON text)")
+        return _problem(line, "datasets_big_int", where, (
+            f"the integer {shown}{more} does not fit in int64: datasets.load_dataset {typed} and loads it as "
+            f"{as_float}, and every integer at this path as a float (7 as 7.0); the chat template renders and "
+            "TRL trains that" + fix))
 
 
 def _kept_as_text(seen) -> bool:
@@ -170,5 +231,5 @@ def _where(path) -> str:
     return out
 
 
-def _problem(line, code, where, message) -> tuple[int, dict]:
-    return line, {"severity": "warning", "code": code, "where": where, "message": message}
+def _problem(line, code, where, message, severity="warning") -> tuple[int, dict]:
+    return line, {"severity": severity, "code": code, "where": where, "message": message}

@@ -64,6 +64,7 @@ from pathlib import Path
 import orjson
 
 from .datasets_types import ColumnKinds, json_type
+from .jsonl import strict_line, strict_loads
 
 FORMATS = ("openai", "trl")
 ROLES = ("system", "user", "assistant", "tool")
@@ -273,7 +274,7 @@ class _Row:
                            f"OpenAI wants arguments as a JSON string, got {json_type(args)} (export format='openai')")
                 return call_id
             try:
-                parsed = orjson.loads(args)
+                parsed = strict_loads(args, exact=False)  # a big integer is JSON: the text keeps its digits
             except orjson.JSONDecodeError as exc:
                 self.error("arguments_not_json", aw, f"arguments are not strict JSON ({exc}): {_short(args)}")
                 return call_id
@@ -753,13 +754,15 @@ def _line_findings(line_no, raw, format, strict_keys, extra_keys, kinds=None):
                                              "message": reason}], False))
         return events
     try:
-        row = orjson.loads(body)
+        row, long_run = strict_line(body)  # as the reader reads it: an integer beyond 64 bits keeps every digit
     except orjson.JSONDecodeError as exc:
         events.append(("counted", [*before, {"severity": "error", "code": "bad_json", "where": "",
                                              "message": f"not strict JSON: {exc}"}], False))
         return events
     if kinds is not None:
         kinds.add(line_no, row)
+        if long_run:  # only such a line can hold an integer beyond int64
+            kinds.add_big_ints(line_no, row)
     shape, problems = validate_row(row, format, strict_keys=strict_keys)
     kept, errored = [], False
     for p in problems:
