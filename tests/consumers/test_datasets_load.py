@@ -71,3 +71,60 @@ def test_the_validator_warns_exactly_when_load_dataset_changes_an_argument(tmp_p
     assert report["ok"]
     assert warned == {i + 1 for i, c in enumerate(changed) if c}, (
         f"{shape} {first!r}/{second!r}: load_dataset changed rows {changed}, the validator warned on lines {warned}")
+
+
+# Integers no int64 holds, alone or next to another value at one path (tests/core/test_big_integers.py).
+BIG_MIXES = [(2 ** 70,), (10 ** 400,), (2 ** 63,), (-(2 ** 63) - 1,), (2 ** 64,), (7, 2 ** 70), (2 ** 70, 7.5),
+             (2 ** 70, None), (2 ** 70, "x"), (2 ** 70, True), (2 ** 70, [1]), (2 ** 63 - 1, 7)]
+
+
+@pytest.mark.parametrize("shape", ["messages", "prompt_completion", "preference"])
+@pytest.mark.parametrize("values", BIG_MIXES, ids=[repr(m)[:30] for m in BIG_MIXES])
+def test_the_validator_flags_an_integer_load_dataset_cannot_hold(tmp_path, hf_cache, shape, values):
+    """An integer beyond int64 that load_dataset changes (to a float, to inf) is a datasets_big_int
+    warning at its path; where load_dataset refuses the file, an error; where it loads exactly, nothing."""
+    from whileai_pipeline.core.openai_format import validate_file
+
+    rows = [_with_arguments(shape, {"v": v}) for v in values]
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    report = validate_file(path, "trl", workers=1)
+    flagged = {p["severity"] for p in report["problems"] if p["code"] == "datasets_big_int"}
+    assert "bad_json" not in report["counts"]
+    try:
+        ds = hf.load_jsonl(path, hf_cache)
+    except Exception as exc:  # noqa: BLE001 (whatever the loader raises, the validator must have said so)
+        assert "too big" in str(exc)
+        assert flagged == {"error"} and not report["ok"], f"load_dataset raised {exc!r}; validator: {flagged}"
+        return
+    changed = any(json.dumps({k: ds[i][k] for k in row}, sort_keys=True) != json.dumps(row, sort_keys=True)
+                  for i, row in enumerate(rows))
+    big = any(not -(2 ** 63) <= v < 2 ** 63 for v in values if type(v) is int)
+    if changed and big:
+        assert flagged == {"warning"}, f"load_dataset changed {values!r}; validator: {flagged}"
+    if not big:
+        assert not flagged
+    # A uint64 value in a column load_dataset keeps as JSON text comes back exact: the warning says
+    # "unless it keeps the column as JSON text", the one case where it warns and nothing changes.
+    if not changed:
+        assert all(2 ** 63 <= v < 2 ** 64 for v in values if type(v) is int and v >= 2 ** 63) or not big
+
+
+def test_a_trl_export_with_big_integers_loads_as_the_validator_says(tmp_path, hf_cache):
+    """The brief's row: arguments {"n": 10**400, "m": 2**70} written by Python's json into a run."""
+    import whileai_pipeline.simulations as wai
+    from whileai_pipeline.core.openai_format import validate_file
+
+    run = {"prompt": "Compute it.", "reward": 1, "steps": [
+        {"tool": "calc", "arguments": {"n": 10 ** 400, "m": 2 ** 70}, "result": {"ok": True}, "text": "Computing."},
+        {"text": "Done."}]}
+    src, out = tmp_path / "run.jsonl", tmp_path / "trl.jsonl"
+    src.write_text(json.dumps(run) + "\n", encoding="utf-8")
+    wai.export_dataset(str(src), str(out), format="trl")
+    report = validate_file(out, "trl", workers=1)
+    assert report["ok"]
+    warned = {p["where"].rsplit(".", 1)[1]: p["message"] for p in report["problems"] if p["code"] == "datasets_big_int"}
+    ds = hf.load_jsonl(out, hf_cache)
+    [arguments] = [a for _, a in hf.tool_calls_of(ds[0])]
+    assert arguments["n"] == float("inf") and "loads it as inf" in warned["n"]
+    assert type(arguments["m"]) is float and repr(arguments["m"]) in warned["m"]

@@ -42,6 +42,7 @@ class ColumnKinds:
     def __init__(self):
         self.paths: dict[tuple, dict] = {}
         self.big_ints: dict[tuple, list] = {}  # path -> [first line, its value, values beyond int64]
+        self.recounted: dict[tuple, set] = {}  # path -> every kind at it, read again (``recount``)
         self._last_tools = None  # the JSON of the last ``tools`` walked
 
     def add_big_ints(self, line, row):
@@ -182,7 +183,7 @@ class ColumnKinds:
         except OverflowError:
             as_float = "inf"
         where = _where(path)
-        others = sorted(set(self.paths.get(path, {}).get("kinds", ())) - {"integer", "number"})
+        others = sorted(set(self._kinds_at(path)) - {"integer", "number"})
         more = f" ({count} such values at this path)" if count > 1 else ""
         fix = "; write such ids as strings in the run (the model then learns the digits as text)"
         if others and not UJSON_MIN <= value <= UJSON_MAX:
@@ -195,6 +196,42 @@ class ColumnKinds:
             f"the integer {shown}{more} does not fit in int64: datasets.load_dataset {typed} and loads it as "
             f"{as_float}, and every integer at this path as a float (7 as 7.0); the chat template renders and "
             "TRL trains that" + fix))
+
+
+    def _kinds_at(self, path):
+        """The kinds seen at ``path``; under a path kept as JSON text the walk stopped, so those come from
+        reading the file again (``recount``), which the validator does only for a big integer there."""
+        if path in self.recounted:
+            return self.recounted[path]
+        return self.paths.get(path, {}).get("kinds", ())
+
+    def unfollowed_big_ints(self) -> list:
+        """Paths of big integers below a path the walk stopped at (kept as JSON text)."""
+        return [path for path in self.big_ints if path not in self.recounted and any(
+            self.paths.get(path[:n], {}).get("text") for n in range(1, len(path)))]
+
+    def recount(self, rows, paths):
+        """Collect every kind at ``paths`` from ``rows`` (the whole file read again)."""
+        found = {path: set() for path in paths}
+        for row in rows:
+            if isinstance(row, dict):
+                for path in paths:
+                    _kinds_along(row, path, found[path])
+        self.recounted.update(found)
+
+
+def _kinds_along(value, path, out, depth=0):
+    if depth == len(path):
+        if value is not None:
+            out.add(json_type(value))
+        return
+    part = path[depth]
+    if part == ITEM:
+        if isinstance(value, list):
+            for item in value:
+                _kinds_along(item, path, out, depth + 1)
+    elif isinstance(value, dict) and part in value:
+        _kinds_along(value[part], path, out, depth + 1)
 
 
 def _kept_as_text(seen) -> bool:

@@ -1,0 +1,126 @@
+"""An integer beyond 64 bits in a tool call's arguments (a 24-digit id, a factorial a tool computed):
+the export writes every digit in both formats, the round-trip gate accepts it (RFC 8259 sets no limit
+on a number), and the validator reads the file as the reader does, so it is never ``bad_json``. In a
+trl file the validator warns at the path where ``datasets.load_dataset`` loads it as a float (or
+``inf``), and fails the file where the loader refuses it. tests/consumers/test_datasets_load.py checks
+those claims against the real loader."""
+
+import json
+
+import pytest
+
+import whileai_pipeline.simulations as wai
+from whileai_pipeline.core.datasets_types import ColumnKinds
+from whileai_pipeline.core.openai_format import validate_file
+from whileai_pipeline.core.wire import arguments_are_structured, strict_loads
+
+HUGE = 10 ** 400   # beyond a double: Arrow loads it as inf
+BIG = 2 ** 70      # beyond 64 bits: orjson alone reads it as a float
+
+
+def _run(tmp_path, arguments):
+    run = {"prompt": "Compute it.", "reward": 1, "steps": [
+        {"tool": "calc", "arguments": arguments, "result": {"ok": True}, "text": "Computing."},
+        {"text": "Done."}]}
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps(run) + "\n", encoding="utf-8")  # Python's json writes every digit
+    return path
+
+
+def _call_arguments(row):
+    messages = row.get("messages") or row["prompt"] + row["completion"]
+    return next(m for m in messages if m.get("tool_calls"))["tool_calls"][0]["function"]["arguments"]
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+def test_both_formats_export_every_digit_and_their_file_validates(tmp_path, fmt):
+    out = tmp_path / f"{fmt}.jsonl"
+    report = wai.export_dataset(str(_run(tmp_path, {"n": HUGE, "m": BIG})), str(out), format=fmt)
+    assert report["tool_call_roundtrip"]["invalid"] == 0
+    arguments = _call_arguments(json.loads(out.read_text(encoding="utf-8")))
+    if fmt == "openai":
+        arguments = json.loads(arguments)
+    assert arguments == {"n": HUGE, "m": BIG} and type(arguments["m"]) is int
+    checked = validate_file(out, fmt, workers=1)
+    assert checked["ok"], checked["problems"]
+    assert "bad_json" not in checked["counts"] and "arguments_not_json" not in checked["counts"]
+
+
+def test_trl_warns_at_each_path_datasets_loads_as_a_float(tmp_path):
+    out = tmp_path / "trl.jsonl"
+    wai.export_dataset(str(_run(tmp_path, {"n": HUGE, "m": BIG, "k": 7})), str(out), format="trl")
+    checked = validate_file(out, "trl", workers=1)
+    big = {p["where"]: p for p in checked["problems"] if p["code"] == "datasets_big_int"}
+    assert set(big) == {"messages[].tool_calls[].function.arguments.n",
+                        "messages[].tool_calls[].function.arguments.m"}
+    assert all(p["line"] == 1 and p["severity"] == "warning" for p in big.values())
+    assert "loads it as inf" in big["messages[].tool_calls[].function.arguments.n"]["message"]
+    assert "1.1805916207174113e+21" in big["messages[].tool_calls[].function.arguments.m"]["message"]
+    assert "as strings in the run" in big["messages[].tool_calls[].function.arguments.m"]["message"]
+
+
+def _trl_file(tmp_path, values):
+    rows = [{"prompt": [{"role": "user", "content": "Look it up."}], "completion": [
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": {"id": v}}}]}]}
+        for v in values]
+    path = tmp_path / "trl.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("values,severity", [
+    ((2 ** 63 - 1, 7), None),             # int64 holds it: nothing to say
+    ((2 ** 63,), "warning"),             # uint64: float64 where Arrow types the path
+    ((-(2 ** 63) - 1,), "warning"),
+    ((7, BIG), "warning"),
+    ((BIG, "BIG"), "error"),              # the loader refuses the file: "Value is too big!"
+    ((BIG, True), "error"),
+])
+def test_the_severity_follows_what_the_loader_does(tmp_path, values, severity):
+    checked = validate_file(_trl_file(tmp_path, values), "trl", workers=1)
+    found = [p for p in checked["problems"] if p["code"] == "datasets_big_int"]
+    if severity is None:
+        assert not found
+        return
+    assert [(p["severity"], p["where"]) for p in found] == [(severity, "completion[].tool_calls[].function.arguments.id")]
+    assert checked["ok"] == (severity == "warning")
+
+
+def test_openai_validation_reads_big_integers_in_arguments_and_in_other_fields(tmp_path):
+    row = {"messages": [
+        {"role": "user", "content": "Look it up."},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "lookup", "arguments": json.dumps({"id": HUGE}, separators=(",", ":"))}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "found"},
+        {"role": "assistant", "content": "Found it."}], "seed": BIG}
+    path = tmp_path / "openai.jsonl"
+    path.write_text((json.dumps(row) + "\n") * 10, encoding="utf-8")
+    checked = validate_file(path, "openai", workers=1)
+    assert checked["ok"], checked["problems"]
+    assert checked["counts"] == {} and list(checked["extra_keys"]) == ["seed"]
+
+
+def test_chunks_merge_their_big_integers():
+    first, second = ColumnKinds(), ColumnKinds()
+    first.add_big_ints(3, {"messages": [{"content": BIG}]})
+    second.add_big_ints(1, {"messages": [{"content": HUGE}]})
+    second.add_big_ints(2, {"messages": [{"content": BIG}]})
+    first.merge(second)
+    assert first.big_ints == {("messages", "[]", "content"): [1, HUGE, 3]}
+
+
+@pytest.mark.parametrize("text", [
+    '{"a":NaN,"b":12345678901234567890123}',
+    '{"a":1' + "0" * 400 + '.5}',                   # a float beyond a double, written with a long digit run
+    '{"a":"\\ud800","b":12345678901234567890123}',  # a lone surrogate escape
+])
+def test_the_gate_stays_strict_where_a_long_digit_run_sends_text_to_pythons_json(text):
+    with pytest.raises(ValueError):
+        strict_loads(text)
+    assert not arguments_are_structured(text, "json_string")
+
+
+def test_the_gate_reads_an_integer_of_any_size_exactly():
+    assert strict_loads('{"n":' + str(HUGE) + ',"m":' + str(BIG) + "}") == {"n": HUGE, "m": BIG}
+    assert arguments_are_structured('{"n":' + str(HUGE) + "}", "json_string")
