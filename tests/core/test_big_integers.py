@@ -124,3 +124,16 @@ def test_the_gate_stays_strict_where_a_long_digit_run_sends_text_to_pythons_json
 def test_the_gate_reads_an_integer_of_any_size_exactly():
     assert strict_loads('{"n":' + str(HUGE) + ',"m":' + str(BIG) + "}") == {"n": HUGE, "m": BIG}
     assert arguments_are_structured('{"n":' + str(HUGE) + "}", "json_string")
+
+
+@pytest.mark.parametrize("block", [7, 64, 1 << 20])
+def test_lines_and_their_digit_runs_are_found_across_blocks(tmp_path, monkeypatch, block):
+    from whileai_pipeline.core import openai_format
+
+    monkeypatch.setattr(openai_format, "_BLOCK", block)
+    lines = [b'{"a":1}\n', b'{"id":' + str(BIG).encode() + b"}\n", b"\n", b'{"t":"' + b"9" * 18 + b'"}\n',
+             b'{"n":' + str(HUGE).encode() + b"}"]  # no newline at the end
+    path = tmp_path / "lines.jsonl"
+    path.write_bytes(b"".join(lines))
+    with open(path, "rb") as fh:
+        assert list(openai_format._lines_with_runs(fh)) == list(zip(lines, [False, True, False, False, True]))

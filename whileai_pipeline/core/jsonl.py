@@ -284,13 +284,19 @@ def strict_loads(text, *, exact=True):
     ``exact=False``: a caller that only needs the value's type skips the second read of a text orjson
     accepted (``strict_line``).
     """
+    if not exact:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
     data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
     return strict_line(data, exact=exact)[0]
 
 
-def strict_line(data, *, exact=True):
+def strict_line(data, *, exact=True, long_run=None):
     """``(value, long_run)``: ``data`` (bytes) read as ``strict_loads`` reads it, and whether it holds a
-    run of 19 digits, the only text that can hold an integer beyond 64 bits.
+    run of 19 digits, the only text that can hold an integer beyond 64 bits (``long_run``: the caller
+    already knows, from one ``long_digit_runs`` over a whole block of lines).
 
     orjson answers for everything but such a text: it refuses an integer beyond a double and reads one
     beyond 64 bits as a float, so that text is read again by Python's json.
@@ -298,7 +304,7 @@ def strict_line(data, *, exact=True):
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
-        if not has_long_digit_run(data):
+        if not (has_long_digit_run(data) if long_run is None else long_run):
             raise
         try:
             return _strict_json(data), True
@@ -307,7 +313,7 @@ def strict_line(data, *, exact=True):
         raise
     if not exact:
         return value, None
-    if not has_long_digit_run(data):
+    if not (has_long_digit_run(data) if long_run is None else long_run):
         return value, False
     try:
         return json.loads(bytes(data)), True
