@@ -9,6 +9,11 @@ without a word (both rendered into the chat template, so both are trained):
 * strings and other scalars at one path: the path is JSON text and a string that is itself JSON
   text is decoded, so ``{"q": "null"}`` loads as ``{"q": None}`` and ``{"id": "7"}`` as ``{"id": 7}``.
 
+An integer no int64 holds is changed whatever the other rows hold: Arrow reads it as a double
+(``2**70`` loads as ``1.1805916207174113e+21``, ``10**400`` as ``inf``) and types its path float64; a path
+that also holds strings, booleans or containers goes to pandas' ujson, which refuses the file beyond 64
+bits (``ValueError: Value is too big!``). ``add_big_ints`` notes them.
+
 ``ColumnKinds`` collects, line by line, the kinds of value seen at each path of the conversational
 columns (list items share one path, as in Arrow); ``problems()`` says which paths the loader will
 change. Pure Python: this mirrors the loader's rules, it does not import it. (The loader decides which

@@ -45,7 +45,10 @@ reads in place of the conversation (``input_ids``, ``labels``, masks, reference 
 error. Blank lines and a byte-order mark are warnings here (``datasets`` reads them), errors for openai.
 A value whose type changes from row to row at one path (``arguments.id`` an integer in one row, a float
 or a string in another) is a warning: ``datasets.load_dataset`` gives the path one type and changes the
-value the template renders (``7`` loads as ``7.0``; ``"null"`` as ``None``), see ``datasets_types``.
+value the template renders (``7`` loads as ``7.0``; ``"null"`` as ``None``), see ``datasets_types``; so
+is an integer no int64 holds (``datasets_big_int``: it loads as a float or ``inf``), an error where the
+path also holds other kinds of value and the loader refuses the file. Lines are read as the exporter
+reads them (``jsonl.strict_line``): an integer of any size is JSON, in both formats.
 
 In the openai format, row keys beyond what the format defines (``loss_mask``, ``reward``, ``lineage``...)
 are reported once per key as a warning (``extra_keys``): OpenAI's per-line schema has only ``messages``,
