@@ -202,7 +202,6 @@ class ColumnKinds:
             f"{as_float}, and every integer at this path as a float (7 as 7.0); the chat template renders and "
             "TRL trains that" + fix))
 
-
     def _kinds_at(self, path):
         """The kinds seen at ``path``; under a path kept as JSON text the walk stopped, so those come from
         reading the file again (``recount``), which the validator does only for a big integer there."""

@@ -23,8 +23,12 @@ _THINK = re.compile(r"<think>.*?</think>\s*", re.IGNORECASE | re.DOTALL)
 
 def strict_loads(value: str):
     """RFC 8259 JSON, what the round-trip gate accepts (DECISIONS 3): ``NaN``/``Infinity`` are not JSON,
-    an integer of any size is (``jsonl.strict_loads``; the gate needs only the value's type)."""
-    return jsonl_strict_loads(value, exact=False)
+    an integer of any size is (``jsonl.strict_loads``; the gate needs only the value's type). orjson
+    alone answers for nearly every text: the gate calls this for every tool call."""
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return jsonl_strict_loads(value, exact=False)
 
 
 def lenient_loads(value: str):
