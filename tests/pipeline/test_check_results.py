@@ -32,7 +32,7 @@ def test_a_leak_in_either_format_fails_the_leak_check(order):
     reports = {fmt: {"privileged_leaks": LEAKED if fmt == "openai" else CLEAN} for fmt in order}
     result = _leak_result(_metadata(reports), "run")
     assert (result.passed, result.severity) == (False, ERROR)
-    assert result.description.endswith(". Export refused; candidate kept under rejected/.")
+    assert ". Export refused: the published files are unchanged" in result.description
 
 
 @pytest.mark.parametrize("order", [("openai", "trl"), ("trl", "openai")])

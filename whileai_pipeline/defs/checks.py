@@ -20,6 +20,7 @@ from whileai_pipeline.core.openai_format import summary, validate_file
 
 from .assets import dpo_export, sft_export
 from .partitions import simulation_runs
+from .summaries import md_table
 
 ERROR, WARN = dg.AssetCheckSeverity.ERROR, dg.AssetCheckSeverity.WARN
 
@@ -101,7 +102,7 @@ def _roundtrip_result(metadata, run_id):
     text = "tool calls whose arguments do not parse back to an object: " + "; ".join(bad)
     if validate:
         return dg.AssetCheckResult(passed=False, severity=ERROR, metadata=out,
-                                   description=text + ". Export refused; candidate kept under rejected/.")
+                                   description=text + _refused("tool_call_roundtrip"))
     return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
                                description=text + ". Exported anyway (validate=False).")
 
@@ -130,9 +131,12 @@ def _leak_result(metadata, run_id):
         summary += (f"; {rejected_quoting} rejected side(s) quote their privileged context "
                     "(a useful negative, not refused)")
     if leaked_total:
+        rows = _leaked_rows(reports)
+        out["leaked_rows"] = dg.MetadataValue.md(md_table(["scenario", "rollout", "field", "quoted text"], rows))
+        summary += "; first: " + ", ".join(f"{s} rollout {r} quotes privileged.{f}" for s, r, f, _ in rows[:3])
         if validate:
             return dg.AssetCheckResult(passed=False, severity=ERROR, metadata=out,
-                                       description=summary + ". Export refused; candidate kept under rejected/.")
+                                       description=summary + _refused("privileged_leak"))
         return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
                                    description=summary + ". Exported anyway (validate=False).")
     if not any_checked:
@@ -146,6 +150,32 @@ def _leak_result(metadata, run_id):
                                    description=summary + " (validate=False: this gate would not have blocked)")
     return dg.AssetCheckResult(passed=True, severity=WARN if rejected_quoting else ERROR,
                                metadata=out, description=summary)
+
+
+def _leaked_rows(reports):
+    """[scenario, rollout, field, quoted text] of each leaking row the reports name (each once, in order)."""
+    rows = []
+    for report in reports.values():
+        for leak in (report.get("privileged_leaks") or {}).get("leaked") or []:
+            row = [leak.get("scenario_id"), leak.get("rollout_index"), leak.get("field"), leak.get("needle")]
+            if row not in rows:
+                rows.append(row)
+    return rows
+
+
+_REMEDY = {
+    "tool_call_roundtrip": "fix those tool calls in the run (arguments must be a JSON object) or in the tool "
+    "that wrote them",
+    "privileged_leak": "drop or regenerate the rollouts named (their assistant replies repeat the privileged "
+    "context the simulator gave them, which the model must not learn to say)",
+}
+
+
+def _refused(gate):
+    """What a refusal means and what to do: said in the description, which the CLI and the check page show."""
+    return (f". Export refused: the published files are unchanged and the candidate and its reports are kept "
+            f"under rejected/ (this check's rejected_path). To fix: {_REMEDY[gate]}, then run the chain again; "
+            "validate=False would publish it anyway, with this check as a WARN.")
 
 
 _DESCRIPTIONS = {
@@ -164,7 +194,14 @@ def _gate_check(asset_def, gate):
         metadata, run_id = _report_metadata(context, asset_key)
         if metadata is None:
             return _no_materialization(asset_key, context.partition_key)
-        return _RESULTS[gate](metadata, run_id)
+        result = _RESULTS[gate](metadata, run_id)
+        if not result.passed and result.severity == ERROR:
+            # Dagster fails this step with only "1 blocking asset check failed": say here, in the failed
+            # step's own log at ERROR, what failed, where the candidate is, and what to do
+            where = _value(metadata, "rejected_path")
+            context.log.error(f"{asset_key.to_user_string()} {gate} refused the export of {context.partition_key!r}: "
+                              + result.description + (f" Candidate: {where}" if where else ""))
+        return result
 
     # Partitioned checks record their result per run (partition) in the UI. Dagster 1.13 marks
     # `partitions_def` on checks as preview; the version is pinned, so the warning is silenced here.
