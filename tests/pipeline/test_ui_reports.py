@@ -3,6 +3,8 @@ gate says what failed, where and what to do (in the failed step's own log too, w
 "blocking asset check failed" error says); the numbers worth trending are plottable (int or float) under the
 same labels in every materialization, published, refused or let through; the summary opens the table."""
 
+import math
+
 import dagster as dg
 import pytest
 
@@ -57,3 +59,44 @@ def test_a_refused_roundtrip_says_what_to_do_in_its_step_log(published):
     logs = _error_logs(chain, result, "sft_export_tool_call_roundtrip")
     assert len(logs) == 1 and "To fix:" in logs[0], logs
     assert not _error_logs(chain, result, "sft_export_privileged_leak")  # a passing gate says nothing
+
+
+def test_the_numbers_to_trend_are_plottable_under_the_same_labels_published_refused_or_let_through(published):
+    chain, key, _ = published
+    first = chain.materialize(key)  # a re-export of the same run: published/unchanged
+    chain.register(leaking_rows()[0])
+    refused = chain.materialize(key)
+    let_through = chain.materialize(key, run_config=export_config(validate=False))
+    for asset in ("sft_export", "dpo_export"):
+        mds = [materialization(r, asset) for r in (first, refused, let_through)]
+        assert [md["status"].value for md in mds] in (["unchanged", "rejected", "published"],
+                                                      ["published", "rejected", "published"])
+        labels = [_plotted(md) for md in mds]
+        assert labels[0] == labels[1] == labels[2], asset
+        for fmt in ("openai", "trl"):
+            assert {f"{fmt}/rows_leaked", f"{fmt}/warnings"} <= labels[0]
+            assert [md[f"{fmt}/warnings"].value for md in mds][0] == 0
+            assert all(md[f"{fmt}/warnings"].value >= 1 for md in mds[1:]), asset
+        assert [md["gates_failed"].value for md in mds] == [0, 1, 1], asset
+    sft = [materialization(r, "sft_export") for r in (first, refused)]
+    # the mean reward of the rows the SFT export carries (only passing rows by default)
+    assert "mean_reward" in _plotted(sft[0]) and sft[0]["mean_reward"].value == 1.0
+    assert "pairs" not in sft[0]
+
+
+def test_sft_mean_reward_is_nan_not_missing_when_no_row_is_graded(chain):
+    rows = leaking_rows()[0]
+    for row in rows:
+        row.pop("reward", None)
+    key = chain.register(rows)
+    result = chain.materialize(key, run_config=export_config(validate=False, sft_rows="all"))
+    md = materialization(result, "sft_export")
+    assert isinstance(md["mean_reward"], dg.FloatMetadataValue) and math.isnan(md["mean_reward"].value)
+
+
+def test_the_dpo_leak_check_plots_rejected_quoting_in_every_result(published):
+    chain, key, _ = published
+    result = chain.materialize(key)
+    checks = check_results(result)
+    assert checks[("dpo_export", "privileged_leak")].metadata["rejected_quoting"].value == 0
+    assert "rejected_quoting" not in checks[("sft_export", "privileged_leak")].metadata  # SFT has no sides

@@ -451,8 +451,9 @@ def _gates_run_after(context) -> bool:
         return False
 
 
-def _finish_export(context, storage, kind, formats, candidates, reports, config, cand_dir, pictures):
-    """Decide from the reports, publish or reject, and describe it all as metadata."""
+def _finish_export(context, storage, kind, formats, candidates, reports, config, cand_dir, pictures, totals=None):
+    """Decide from the reports, publish or reject, and describe it all as metadata.
+    ``totals``: plotted numbers of the whole export, beside ``dagster/row_count``."""
     key = context.partition_key
     validate = config.validate_gates
     failed = failed_gates(reports)
@@ -493,6 +494,9 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
         "gates": dg.MetadataValue.json({fmt: {g: g not in failed.get(fmt, []) for g in
                                               ("tool_call_roundtrip", "privileged_leak")} for fmt in formats}),
         "dagster/row_count": int(row_count or 0),
+        # how many of the gates failed in any format (a refused or let-through export plots as a spike)
+        "gates_failed": len({gate for gates in failed.values() for gate in gates}),
+        **(totals or {}),
     }
     if rejected_dir is not None:
         metadata["rejected_path"] = dg.MetadataValue.path(str(rejected_dir))
@@ -588,9 +592,10 @@ def sft_export(
     except ValueError as exc:  # ExportError and the ValueErrors the library shares with the reference
         discard(cand_dir)
         raise _library_failure(exc, "export_dataset") from None
-    pictures = _reward_pictures(carried if carried is not None else score_stats_of_file(source))
+    stats = carried if carried is not None else score_stats_of_file(source)
+    # the mean reward of the rows the export carries: NaN when none is graded, so the key stays
     return _finish_export(context, storage, "sft", formats, candidates, reports, config, cand_dir,
-                          pictures)
+                          _reward_pictures(stats), {"mean_reward": real(stats.mean_reward)})
 
 
 @dg.asset(

@@ -126,8 +126,9 @@ def _leak_result(metadata, run_id):
         if part.get("summary") and part["summary"] not in summaries:
             summaries.append(part["summary"])
     summary = "; ".join(summaries) or "no leak report"
+    if any("rejected_quoting" in (r.get("privileged_leaks") or {}) for r in reports.values()):
+        out["rejected_quoting"] = rejected_quoting  # a DPO report's count, in every result: one plot, no gaps
     if rejected_quoting:
-        out["rejected_quoting"] = rejected_quoting
         summary += (f"; {rejected_quoting} rejected side(s) quote their privileged context "
                     "(a useful negative, not refused)")
     if leaked_total:

@@ -150,6 +150,7 @@ def sft_numbers(report: dict) -> dict:
         "rows_leaked": num(leaks.get("n_leaked")),
         "groups": num(report.get("groups")),
         "tool_outputs_truncated": num(report.get("tool_output_truncated")),
+        "warnings": len(report.get("warnings") or ()),
     }
 
 
@@ -164,6 +165,7 @@ def dpo_numbers(report: dict) -> dict:
         "rows_checked": num(leaks.get("n_checked")),
         "rows_leaked": num(leaks.get("n_leaked")),
         "rejected_quoting": num(leaks.get("rejected_quoting")),
+        "warnings": len(report.get("warnings") or ()),
     }
     out["mean_margin"] = real(report.get("mean_margin"))
     out["chosen_longer_frac"] = real(report.get("chosen_longer_frac"))
