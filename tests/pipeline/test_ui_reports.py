@@ -100,3 +100,17 @@ def test_the_dpo_leak_check_plots_rejected_quoting_in_every_result(published):
     checks = check_results(result)
     assert checks[("dpo_export", "privileged_leak")].metadata["rejected_quoting"].value == 0
     assert "rejected_quoting" not in checks[("sft_export", "privileged_leak")].metadata  # SFT has no sides
+
+
+def test_the_export_table_opens_with_its_status_and_summary(published):
+    chain, key, _ = published
+    result = chain.materialize(key)
+    for asset in ("sft_export", "dpo_export"):
+        labels = list(materialization(result, asset))
+        assert labels[:2] == ["status", "summary"], labels[:5]
+
+
+def test_scored_mean_reward_sits_beside_the_pass_rate(published):
+    chain, key, _ = published
+    labels = list(materialization(chain.materialize(key), "scored_simulation_data"))
+    assert labels[labels.index("pass_rate") + 1] == "mean_reward", labels

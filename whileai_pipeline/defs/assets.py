@@ -322,12 +322,12 @@ def scored_simulation_data(
         "ungraded": stats.counts["ungraded"],
         "pass_rate": round(stats.counts["pass"] / (stats.counts["pass"] + stats.counts["fail"]), 4)
         if stats.counts["pass"] + stats.counts["fail"] else math.nan,  # no graded row: no rate, not 0
+        "mean_reward": real(stats.mean_reward),  # NaN when no row is graded: the key stays
         "groups": stats.keyed_groups,  # rows with no task key are not a group (spec 3.11)
         **_reward_pictures(stats),
         "stage_path": dg.MetadataValue.path(str(scored)),
         "sha256": scored_sha,
     }
-    metadata["mean_reward"] = real(stats.mean_reward)  # NaN when no row is graded: the key stays
     metadata["config"] = dg.MetadataValue.json(as_run_config(config))  # what a re-export runs with
     return dg.MaterializeResult(metadata=metadata)
 
@@ -452,7 +452,8 @@ def _gates_run_after(context) -> bool:
 
 
 def _finish_export(context, storage, kind, formats, candidates, reports, config, cand_dir, pictures, totals=None):
-    """Decide from the reports, publish or reject, and describe it all as metadata.
+    """Decide from the reports, publish or reject, and describe it all as metadata: the status and the summary
+    first (what the asset page's table opens with), then the numbers, then the per-format reports and paths.
     ``totals``: plotted numbers of the whole export, beside ``dagster/row_count``."""
     key = context.partition_key
     validate = config.validate_gates
@@ -521,9 +522,9 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
     if first.get("source_path"):
         metadata["source_path"] = dg.MetadataValue.path(str(first["source_path"]))
         metadata["source_sha256"] = str(first.get("source_sha256") or "")
-    metadata["summary"] = dg.MetadataValue.md(
-        export_summary_markdown(kind, reports, outcomes, status, validate, failed, rejected_dir)
-    )
+    summary = dg.MetadataValue.md(export_summary_markdown(kind, reports, outcomes, status, validate, failed,
+                                                          rejected_dir))
+    metadata = {"status": metadata.pop("status"), "summary": summary, **metadata}
     metadata.update(pictures)
     if blocked:
         context.log.error(
