@@ -121,3 +121,16 @@ def test_dagster_cli_lists_the_definitions(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert set(proc.stdout.split()) >= set(EXPECTED["assets"])
+
+
+def test_automation_descriptions_say_where_when_and_with_which_options_in_plain_text():
+    """The sensor, schedule and job pages show descriptions as plain text: no markdown backticks, and the
+    settings named as a user sets them; a hand launch of reexport does not get the run's last options."""
+    sensor = defs.get_sensor_def("inbox_sensor").description
+    schedule = defs.get_schedule_def("reexport_schedule").description
+    job = defs.resolve_job_def("reexport").description
+    for text in (sensor, schedule, job):
+        assert "`" not in text, text
+    assert "$WHILEAI_PIPELINE_HOME" in sensor and "$WHILEAI_PIPELINE_SETTLE_SECONDS" in sensor
+    assert "$WHILEAI_PIPELINE_CRON" in schedule and "options it was last exported with" in schedule
+    assert "launched by hand" in job and "not the run's last options" in job

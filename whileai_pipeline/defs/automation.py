@@ -23,7 +23,7 @@ from dagster._utils.schedules import is_valid_cron_string  # the rule ScheduleDe
 from .assets import ASSET_NAMES, ASSETS, STAGE_PAIRS, STAGE_SCORED, dpo_export, raw_simulation_data, sft_export
 from .config import stored_config
 from .partitions import PARTITIONS_NAME
-from .resources import ENV_SETTLE, RUN_SUFFIX, PipelineStorage, fingerprint, meta_path_for, partition_key_for
+from .resources import DEFAULT_HOME, ENV_HOME, ENV_SETTLE, RUN_SUFFIX, PipelineStorage, fingerprint, meta_path_for, partition_key_for
 
 ENV_CRON = "WHILEAI_PIPELINE_CRON"
 DEFAULT_CRON = "0 3 * * *"
@@ -55,7 +55,9 @@ EXPORTS = (sft_export, dpo_export)
 reexport_job = dg.define_asset_job(
     "reexport",
     selection=dg.AssetSelection.assets(sft_export, dpo_export),
-    description="Re-export one run from its stage files (scored rows, pairs), with the gates.",
+    description="Re-exports one run from its stage files (scored rows, pairs), with the gates. The schedule "
+    "passes each run the options it was last exported with; launched by hand, it runs with the config given "
+    "in the launchpad (empty: the defaults, not the run's last options).",
     tags=RETRY_TAGS,
 )
 
@@ -142,9 +144,12 @@ def _already_materialized(instance, key, fp) -> bool:
     job=simulation_chain_job,
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Watches `<root>/inbox` for new or changed `<run>.jsonl` files (and their .meta.json "
-    "sidecars); registers each as a partition and runs the chain once per content, once the files have "
-    f"not been modified for ${ENV_SETTLE} seconds (default {DEFAULT_SETTLE_SECONDS:g}).",
+    # plain text in the UI (no markdown): no backticks
+    description=f"Watches inbox/ under the storage root (${ENV_HOME}, else ./{DEFAULT_HOME}) for new or "
+    "changed <run>.jsonl files and their <run>.meta.json sidecars; registers each as a partition and runs "
+    "the whole chain (simulation_chain) once per content, with the options the run was last exported "
+    f"with, once the files have not been modified for ${ENV_SETTLE} seconds (default "
+    f"{DEFAULT_SETTLE_SECONDS:g}). Files it cannot take are named in its tick log.",
 )
 def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) -> dg.SensorResult:
     seen = orjson.loads(context.cursor) if context.cursor else {}
@@ -205,8 +210,10 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
     job=reexport_job,
     execution_timezone="UTC",
     default_status=dg.DefaultScheduleStatus.RUNNING,
-    description=f"Re-exports every registered run (export assets and their checks) on ${ENV_CRON} "
-    f"(default '{DEFAULT_CRON}', UTC). Unchanged inputs and config give byte-identical files.",
+    description=f"Re-exports every registered run that has stage files (job reexport: the two exports and "
+    f"their gates) on ${ENV_CRON} (default '{DEFAULT_CRON}', UTC), each with the options it was last "
+    "exported with. Unchanged inputs and options give byte-identical files (status unchanged); a gate that "
+    "fails leaves the published files as they were.",
 )
 def reexport_schedule(context: dg.ScheduleEvaluationContext, storage: PipelineStorage):
     keys = sorted(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
