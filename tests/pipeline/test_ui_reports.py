@@ -114,3 +114,18 @@ def test_scored_mean_reward_sits_beside_the_pass_rate(published):
     chain, key, _ = published
     labels = list(materialization(chain.materialize(key), "scored_simulation_data"))
     assert labels[labels.index("pass_rate") + 1] == "mean_reward", labels
+
+
+def test_the_summary_table_has_short_cells_and_gives_the_folder_once(published):
+    """The leak sentence and absolute paths in the summary's table made it wider than the asset page, which
+    cut the file column off; the sentence and the folder come once under it, the paths stay in their own
+    entries."""
+    chain, key, _ = published
+    md = materialization(chain.materialize(key), "sft_export")
+    summary = md["summary"].value
+    folder = str(chain.storage.published_dir(key))
+    assert "| sft.openai.jsonl (unchanged) |" in summary and "| sft.trl.jsonl (unchanged) |" in summary
+    assert summary.count(folder) == 1 and f"In `{folder}`." in summary
+    assert "| openai | 32 | 40 (0) | 32 (0) | sft.openai.jsonl (unchanged) |" in summary
+    assert summary.count("Leak check: checked 32 of 32 rows: no reply quoted its privileged context.") == 1
+    assert md["openai/published_path"].value == f"{folder}/sft.openai.jsonl"

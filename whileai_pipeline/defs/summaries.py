@@ -1,6 +1,7 @@
 """Counting and markdown for asset metadata (plain Python, one row at a time, memory stays flat)."""
 
 import math
+import os
 from collections import Counter
 
 from whileai_pipeline.core.groups import KeyIndex, key_digest
@@ -184,19 +185,33 @@ def export_summary_markdown(kind: str, reports: dict, outcomes: dict, status: st
                             failed: dict, rejected_dir=None) -> str:
     """A short human summary of one export materialization."""
     lines = [f"**{kind} export: {status}** (validate={validate})", ""]
-    header = ["format", "rows" if kind == "sft" else "pairs", "tool calls (invalid)", "leak check", "file"]
+    header = ["format", "rows" if kind == "sft" else "pairs", "tool calls (invalid)", "rows checked (leaked)",
+              "file"]
     rows = []
+    # short cells, the sentences and the folder once under the table: the leak summary and absolute paths in
+    # the cells pushed the table past the asset page's width, which cut the file column off (each path is
+    # also its own <format>/published_path or rejected_path entry)
+    folders = {os.path.dirname(o["path"]) for o in outcomes.values() if o and o.get("path")}
+    leak_summaries = {}
     for fmt, report in reports.items():
         roundtrip = report.get("tool_call_roundtrip") or {}
         leaks = report.get("privileged_leaks") or {}
         n = report.get("n_written", report.get("n")) if kind == "sft" else report.get("pairs")
         outcome = outcomes.get(fmt) or {}
-        where = outcome.get("path") or "(nothing written)"
+        path = outcome.get("path")
+        where = (os.path.basename(path) if len(folders) == 1 else path) if path else "(nothing written)"
         if outcome.get("unchanged"):
             where += " (unchanged)"
         rows.append([fmt, n, f"{roundtrip.get('checked', 0)} ({roundtrip.get('invalid', 0)})",
-                     leaks.get("summary", ""), where])
+                     f"{leaks.get('n_checked', 0)} ({leaks.get('n_leaked', 0)})", where])
+        if leaks.get("summary"):
+            leak_summaries.setdefault(leaks["summary"], []).append(fmt)
     lines.append(md_table(header, rows, width=None))
+    if leak_summaries:
+        lines += ["", "Leak check: " + ("; ".join(leak_summaries) if len(leak_summaries) == 1 else "; ".join(
+            f"{', '.join(fmts)}: {text}" for text, fmts in leak_summaries.items())) + "."]
+    if len(folders) == 1 and not rejected_dir:  # a refused candidate's folder is said just below
+        lines += ["", f"In `{folders.pop()}`."]
     if failed:
         lines += ["", "Failed gates: " + "; ".join(f"{fmt}: {', '.join(g)}" for fmt, g in failed.items())]
     if rejected_dir:
