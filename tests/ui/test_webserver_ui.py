@@ -134,3 +134,31 @@ def test_lineage_page_renders_in_headless_chromium(browser_binary, server, tmp_p
     assert (stats["width"], stats["height"]) == (1600, 1000), stats
     assert stats["colors"] >= 64, stats  # text, node borders, icons, edges: thousands in practice
     assert stats["non_background"] >= 0.02, stats
+
+
+# What the asset page's metadata table and its Plots read: every entry's label and type, in order.
+METADATA_KINDS = """
+query MetadataKinds($assetKey: AssetKeyInput!, $partition: String!) {
+  assetNodeOrError(assetKey: $assetKey) {
+    ... on AssetNode {
+      latestMaterializationByPartition(partitions: [$partition]) {
+        metadataEntries { __typename label }
+      }
+    }
+  }
+}"""
+
+
+def test_export_pages_open_with_the_summary_and_plot_the_numbers_to_trend(server):
+    """The table opens with status and the summary; Plots draws Int and Float entries only, so the numbers
+    an engineer trends over re-exports must come as those (as the UI's GraphQL types them)."""
+    for export, wanted in (("sft_export", {"mean_reward", "gates_failed", "openai/rows_written",
+                                           "openai/rows_leaked", "openai/warnings"}),
+                           ("dpo_export", {"gates_failed", "openai/pairs", "openai/mean_margin",
+                                           "openai/rows_leaked", "openai/warnings"})):
+        node = ui.graphql(server, METADATA_KINDS, {"assetKey": {"path": [export]}, "partition": ui.PARTITION})
+        entries = node["assetNodeOrError"]["latestMaterializationByPartition"][0]["metadataEntries"]
+        assert [e["label"] for e in entries[:2]] == ["status", "summary"], entries[:3]
+        assert entries[1]["__typename"] == "MarkdownMetadataEntry"
+        plotted = {e["label"] for e in entries if e["__typename"] in ("IntMetadataEntry", "FloatMetadataEntry")}
+        assert wanted <= plotted, (export, sorted(wanted - plotted))
