@@ -58,6 +58,7 @@ def test_leak_fails_the_right_check_and_the_run_and_keeps_published(published):
     assert sorted(d.name.rsplit("-", 1)[1] for d in rejected) == ["dpo", "sft"]
     sft_dir = next(d for d in rejected if d.name.endswith("-sft"))
     assert md["rejected_path"].value == str(sft_dir)
+    assert f"kept in `rejected/{key}/{sft_dir.name}/` under the storage root;" in md["summary"].value
     assert sorted(p.name for p in sft_dir.iterdir()) == [
         "gates.json", "sft.openai.jsonl", "sft.openai.report.json", "sft.trl.jsonl", "sft.trl.report.json"]
     gates = orjson.loads((sft_dir / "gates.json").read_bytes())

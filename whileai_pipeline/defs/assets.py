@@ -523,7 +523,7 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
         metadata["source_path"] = dg.MetadataValue.path(str(first["source_path"]))
         metadata["source_sha256"] = str(first.get("source_sha256") or "")
     summary = dg.MetadataValue.md(export_summary_markdown(kind, reports, outcomes, status, validate, failed,
-                                                          rejected_dir))
+                                                          rejected_dir, root=storage.base))
     metadata = {"status": metadata.pop("status"), "summary": summary, **metadata}
     metadata.update(pictures)
     if blocked:

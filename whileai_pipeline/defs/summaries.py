@@ -182,8 +182,9 @@ def real(value) -> float:
 
 
 def export_summary_markdown(kind: str, reports: dict, outcomes: dict, status: str, validate: bool,
-                            failed: dict, rejected_dir=None) -> str:
-    """A short human summary of one export materialization."""
+                            failed: dict, rejected_dir=None, root=None) -> str:
+    """A short human summary of one export materialization. Folders under ``root`` (the storage root) are
+    named from it: short, the same on every machine, and the full paths are their own entries."""
     lines = [f"**{kind} export: {status}** (validate={validate})", ""]
     header = ["format", "rows" if kind == "sft" else "pairs", "tool calls (invalid)", "rows checked (leaked)",
               "file"]
@@ -211,11 +212,12 @@ def export_summary_markdown(kind: str, reports: dict, outcomes: dict, status: st
         lines += ["", "Leak check: " + ("; ".join(leak_summaries) if len(leak_summaries) == 1 else "; ".join(
             f"{', '.join(fmts)}: {text}" for text, fmts in leak_summaries.items())) + "."]
     if len(folders) == 1 and not rejected_dir:  # a refused candidate's folder is said just below
-        lines += ["", f"In `{folders.pop()}`."]
+        lines += ["", f"In {_under_root(folders.pop(), root)}; the full paths are the `<format>/published_path` entries."]
     if failed:
         lines += ["", "Failed gates: " + "; ".join(f"{fmt}: {', '.join(g)}" for fmt, g in failed.items())]
     if rejected_dir:
-        lines += ["", f"Candidate and reports kept under `{rejected_dir}`; the published files were not touched."]
+        lines += ["", f"Candidate and reports kept in {_under_root(rejected_dir, root)}; the published files were not "
+                  "touched."]
     warnings = [(fmt, w) for fmt, r in reports.items() for w in (r.get("warnings") or [])]
     if warnings:
         title = "Warnings:"
@@ -223,6 +225,15 @@ def export_summary_markdown(kind: str, reports: dict, outcomes: dict, status: st
             title = "Warnings in the refused candidate's report (written with validate=False to get the full report):"
         lines += ["", title] + [f"- ({fmt}) {w}" for fmt, w in warnings]
     return "\n".join(lines)
+
+
+def _under_root(folder, root) -> str:
+    """``folder`` in backticks, as ``published/<run>/`` under the storage root when it is there."""
+    if root is not None:
+        rel = os.path.relpath(folder, root)
+        if rel != os.curdir and not rel.startswith(os.pardir):
+            return f"`{rel}/` under the storage root"
+    return f"`{folder}`"
 
 
 def raw_facts(path, hasher=None, workers=None):
