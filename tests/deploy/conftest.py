@@ -17,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -242,6 +243,27 @@ def procs(tmp_path):
         yield p
     finally:
         p.stop()
+
+
+def start_code_server(procs, env, port, timeout):
+    """``dagster code-server start`` of this code location on 127.0.0.1:``port``, as the workspace file
+    (deploy/workspace.code-server.yaml) expects it, once it answers SERVING. It starts the run workers."""
+    from dagster._grpc.client import DagsterGrpcClient  # noqa: PLC0415 (the deploy extra's dagster)
+
+    proc = procs.start("code-server", [
+        sys.executable, "-m", "dagster", "code-server", "start", "-h", "127.0.0.1", "-p", port,
+        "--location-name", "whileai_pipeline", "-m", "whileai_pipeline.definitions"], env)
+    client = DagsterGrpcClient(port=port, host="127.0.0.1")
+
+    def serving():
+        assert proc.poll() is None, procs.logs()
+        try:
+            return client.health_check_query() == "SERVING"
+        except Exception:  # not up yet
+            return False
+
+    wait_for(serving, timeout, "the code server", procs)
+    return proc
 
 
 def wait_for(predicate, timeout, what, procs=None, interval=0.25):

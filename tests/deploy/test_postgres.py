@@ -20,13 +20,12 @@ import sys
 
 import pytest
 
-from .conftest import DEPLOY, free_port, instance_from, need, pg_query, wait_for
+from .conftest import DEPLOY, free_port, instance_from, need, pg_query, start_code_server, wait_for
 
 need("dagster_postgres")
 need("psycopg2")
 
 import dagster as dg  # noqa: E402
-from dagster._grpc.client import DagsterGrpcClient  # noqa: E402
 from pipeline.conftest import Chain, check_results, leaking_rows, materialization, tree_bytes  # noqa: E402
 from whileai_pipeline.defs.assets import ASSET_NAMES  # noqa: E402
 from whileai_pipeline.defs.partitions import PARTITIONS_NAME  # noqa: E402
@@ -185,19 +184,7 @@ def test_two_reexports_of_one_run_never_overlap(tmp_path, pg_env, procs):
         port = free_port()
         env = procs.child_env(DAGSTER_HOME=home, WHILEAI_PIPELINE_HOME=storage.base,
                               WHILEAI_CODE_SERVER_HOST="127.0.0.1", WHILEAI_CODE_SERVER_PORT=port, **pg_env)
-        code_server = procs.start("code-server", [
-            sys.executable, "-m", "dagster", "code-server", "start", "-h", "127.0.0.1", "-p", port,
-            "--location-name", "whileai_pipeline", "-m", "whileai_pipeline.definitions"], env)
-        client = DagsterGrpcClient(port=port, host="127.0.0.1")
-
-        def serving():
-            assert code_server.poll() is None, procs.logs()
-            try:
-                return client.health_check_query() == "SERVING"
-            except Exception:  # not up yet
-                return False
-
-        wait_for(serving, 90, "the code server", procs)
+        start_code_server(procs, env, port, 90)
 
         # three submissions at once, before any daemon runs: all three wait in the queue
         workspace = DEPLOY / "workspace.code-server.yaml"

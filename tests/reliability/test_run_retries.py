@@ -29,9 +29,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
-from dagster._grpc.client import DagsterGrpcClient
 
-from deploy.conftest import DEPLOY, REPO, Procs, free_port, wait_for
+from deploy.conftest import DEPLOY, REPO, Procs, free_port, start_code_server, wait_for
 from pipeline.conftest import Chain, leaking_rows, sample_rows, tree_bytes
 from whileai_pipeline.defs.automation import RETRY_TAGS
 from whileai_pipeline.defs.resources import LEFTOVER_SUFFIXES, PipelineStorage
@@ -154,19 +153,7 @@ def test_a_killed_run_worker_is_retried_to_the_exports_and_a_failed_gate_is_not(
                 WHILEAI_PIPELINE_CRON="0 0 1 1 *", WHILEAI_TEST_SCORER_GATE=gate,
                 DAGSTER_EVENT_LOG_CONSUMER_DAEMON_INTERVAL_SECONDS=1,
                 PYTHONPATH=os.pathsep.join(filter(None, [str(mods), str(REPO), os.environ.get("PYTHONPATH")])))
-            code_server = procs.start("code-server", [
-                sys.executable, "-m", "dagster", "code-server", "start", "-h", "127.0.0.1", "-p", port,
-                "--location-name", "whileai_pipeline", "-m", "whileai_pipeline.definitions"], env)
-            client = DagsterGrpcClient(port=port, host="127.0.0.1")
-
-            def serving():
-                assert code_server.poll() is None, procs.logs()
-                try:
-                    return client.health_check_query() == "SERVING"
-                except Exception:  # not up yet
-                    return False
-
-            wait_for(serving, 60, "the code server", procs)
+            code_server = start_code_server(procs, env, port, 60)
             daemon = procs.start("daemon", [sys.executable, "-m", "dagster._daemon", "run", "-w",
                                             DEPLOY / "workspace.code-server.yaml"], env)
 
