@@ -126,8 +126,8 @@ def test_dagster_cli_lists_the_definitions(tmp_path):
 def test_automation_descriptions_say_where_when_and_with_which_options_in_plain_text():
     """The sensor, schedule and job pages show descriptions as plain text: no markdown backticks, and the
     settings named as a user sets them; a hand launch of reexport does not get the run's last options."""
-    sensor = defs.get_sensor_def("inbox_sensor").description
-    schedule = defs.get_schedule_def("reexport_schedule").description
+    sensor = defs.resolve_sensor_def("inbox_sensor").description
+    schedule = defs.resolve_schedule_def("reexport_schedule").description
     job = defs.resolve_job_def("reexport").description
     for text in (sensor, schedule, job):
         assert "`" not in text, text
