@@ -265,10 +265,28 @@ def _export_lines(result):
         if "removed" in md:
             lines.append(f"  {asset}: removed the files of formats not published this time: "
                          f"{', '.join(md['removed'].value)}")
+        if "warnings" in md and "rejected_path" not in md:  # a refused candidate's: the gate lines say enough
+            lines += _warning_lines(asset, md["warnings"].value, formats)
     for ev in result.get_asset_check_evaluations():
-        if not ev.passed and ev.severity.value != "ERROR":
+        # a gate that passed with a warning (nothing to read, validate: false) says so as well
+        gate_warned = ev.passed and ev.check_name in GATES and ev.severity.value == "WARN"
+        if (not ev.passed and ev.severity.value != "ERROR") or gate_warned:
             lines.append(f"  check {ev.asset_key.to_user_string()}.{ev.check_name} WARNING: {ev.description}")
     return lines
+
+
+GATES = ("tool_call_roundtrip", "privileged_leak")
+
+
+def _warning_lines(asset, warnings_by_format, formats):
+    """One line per distinct warning of an export's reports ({format: [text]}), the formats named when
+    not every format has it: the training files were written, but a trainer may not see what it needs."""
+    where = {}
+    for fmt, texts in (warnings_by_format or {}).items():
+        for text in texts or ():
+            where.setdefault(text, []).append(fmt)
+    return [f"  {asset}: WARNING {'' if len(fmts) == len(formats) else '(' + ', '.join(fmts) + ') '}{text}"
+            for text, fmts in where.items()]
 
 
 def _named_as_given(line, storage, key, path):

@@ -426,3 +426,25 @@ def test_a_bad_workers_variable_is_bad_usage_before_anything_runs(home, tmp_path
     assert proc.stderr.startswith("whileai-pipeline: error: $WHILEAI_PIPELINE_WORKERS must be a whole number of "
                                   "worker processes"), proc.stderr
     assert proc.stdout == "" and not (home / "inbox").exists()
+
+
+def test_the_cli_prints_the_warnings_a_published_export_carries(home, tmp_path, monkeypatch):
+    """In process: rows saved through the SDK's export (no privileged block) and no sidecar publish with
+    exit 0, and the output says what the reports warn about: no tool schemas and no system prompt for
+    the trainer, and a leak gate that had nothing to read. The sample with its sidecar prints no warning."""
+    from whileai_pipeline.cli import run_chain
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    src = tmp_path / "saved.jsonl"  # no saved.meta.json beside it
+    write_rows(src, [{k: v for k, v in row.items() if k != "privileged"} for row in sample_rows()])
+    out = io.StringIO()
+    assert run_chain(src, home=home, out=out) == 0
+    text = out.getvalue()
+    for asset in ("sft_export", "dpo_export"):
+        assert f"  {asset}: WARNING " in text and "without tool schemas" in text, text
+        assert f"  check {asset}.privileged_leak WARNING: NOTHING TO READ: " in text, text
+    assert text.count("without a system prompt") == 2, text  # once per export, not once per format
+
+    out = io.StringIO()
+    assert run_chain(SAMPLE, home=home, out=out) == 0
+    assert "WARNING" not in out.getvalue(), out.getvalue()
