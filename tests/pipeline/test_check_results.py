@@ -2,6 +2,8 @@
 (``formats``, ``validate``, ``<format>/report``), for cases a real run reaches only rarely: two formats
 whose reports disagree. A failed gate under validate=True must not pass, whichever format failed."""
 
+import json
+
 import dagster as dg
 import pytest
 
@@ -79,3 +81,19 @@ def test_an_invalid_call_in_either_format_fails_the_roundtrip_check(order):
     assert (result.passed, result.severity) == (False, ERROR)
     assert "trl: 1 of 3 (rows [4])" in result.description
     assert result.metadata["trl/invalid"].value == 1
+
+
+def test_a_failed_roundtrip_check_names_the_rows_so_they_can_be_found_in_the_run(tmp_path):
+    """The report's row indices count the exported rows, not the run's lines: the description names the
+    candidate file's line, the row's scenario and its prompt (a preference row's last user turn)."""
+    sft = tmp_path / "sft.trl.jsonl"
+    sft.write_text("".join(json.dumps({"scenario_id": f"s{i}", "prompt_text": f"ask {i}"}) + "\n" for i in range(5)))
+    dpo = tmp_path / "dpo.trl.jsonl"
+    dpo.write_text(json.dumps({"prompt": [{"role": "system", "content": "sys"},
+                                          {"role": "user", "content": "Where is order 7?"}]}) + "\n")
+    for path, rows, named in ((sft, [4], "line 5 of sft.trl.jsonl, scenario s4, 'ask 4'"),
+                              (dpo, [0], "line 1 of dpo.trl.jsonl, 'Where is order 7?'")):
+        metadata = _metadata({"trl": {"tool_call_roundtrip": {"checked": 3, "invalid": 1, "rows": rows}}})
+        metadata["trl/rejected_path"] = dg.MetadataValue.path(str(path))
+        result = _roundtrip_result(metadata, "run")
+        assert f"trl: 1 of 3 (rows {rows}: {named})" in result.description, result.description

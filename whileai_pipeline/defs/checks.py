@@ -12,6 +12,7 @@ Under ``validate=False`` the checks pass with WARN severity and say what was let
 check that had nothing to read (no row carried privileged context) passes with WARN and says so.
 """
 
+import os
 import warnings
 
 import dagster as dg
@@ -88,7 +89,9 @@ def _roundtrip_result(metadata, run_id):
         checked += out[f"{fmt}/checked"]
         invalid += out[f"{fmt}/invalid"]
         if part.get("invalid"):
-            bad.append(f"{fmt}: {part.get('invalid')} of {part.get('checked')} (rows {part.get('rows')})")
+            path = _value(metadata, f"{fmt}/rejected_path") or _value(metadata, f"{fmt}/published_path")
+            where = _rows_named(path, part.get("rows") or [])
+            bad.append(f"{fmt}: {part.get('invalid')} of {part.get('checked')} (rows {part.get('rows')}{where})")
     if not bad:
         # each format writes the same tool calls: say how many there are, not their sum over formats
         per_format = max((out[f"{fmt}/checked"] for fmt in reports), default=0)
@@ -105,6 +108,43 @@ def _roundtrip_result(metadata, run_id):
                                    description=text + _refused("tool_call_roundtrip"))
     return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
                                description=text + ". Exported anyway (validate=False).")
+
+
+def _rows_named(path, indices, limit=3):
+    """``: line 1 of sft.openai.jsonl, scenario s1, 'Where is order 7?'; ...`` for the first ``limit`` row
+    indices of the written file ``path``, so the rows can be found in the run (the indices count the
+    exported rows, not the run's lines); empty when the file cannot be read."""
+    import orjson
+
+    wanted = sorted(set(indices))[:limit]
+    if not path or not wanted:
+        return ""
+    found = {}
+    try:
+        with open(path, "rb") as fh:
+            for index, line in enumerate(fh):
+                if index in wanted:
+                    found[index] = orjson.loads(line)
+                if index >= wanted[-1]:
+                    break
+    except (OSError, ValueError):
+        return ""
+    named = []
+    for index in wanted:
+        row = found.get(index)
+        if not isinstance(row, dict):
+            continue
+        parts = [f"line {index + 1} of {os.path.basename(path)}"]
+        if row.get("scenario_id") is not None:
+            parts.append(f"scenario {row['scenario_id']}")
+        prompt = row.get("prompt_text") or row.get("prompt")
+        if isinstance(prompt, list):  # a preference row's prompt messages: the last user turn
+            users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+            prompt = users[-1] if users else None
+        if isinstance(prompt, str) and prompt:
+            parts.append(repr(prompt if len(prompt) <= 60 else prompt[:57] + "..."))
+        named.append(", ".join(parts))
+    return (": " + "; ".join(named)) if named else ""
 
 
 def _leak_result(metadata, run_id):
