@@ -249,7 +249,12 @@ def flat_to_run_config(options: dict, assets=None) -> dict:
         return options
     unknown = sorted(set(options) - set(FLAT_OPTIONS))
     if unknown:
-        raise ConfigFileError(f"unknown option(s) {unknown}; known: {sorted(FLAT_OPTIONS)}")
+        import difflib
+
+        guesses = {name: difflib.get_close_matches(name, FLAT_OPTIONS, n=1) for name in unknown}
+        hint = ", ".join(f"{match[0]!r} for {name!r}" for name, match in guesses.items() if match)
+        raise ConfigFileError(f"unknown option(s) {unknown}{f' (did you mean {hint}?)' if hint else ''}; "
+                              f"known: {sorted(FLAT_OPTIONS)}")
     per_asset: dict = {}
     for name, value in options.items():
         if name == "formats" and isinstance(value, str):
