@@ -194,16 +194,6 @@ def _newlines(block) -> int:
     return int(np.count_nonzero(np.frombuffer(block, np.uint8) == 10))
 
 
-def chunk_lines(path, chunk):
-    """(line number, raw line without its newline) of every line of a chunk."""
-    with open(path, "rb") as fh:
-        fh.seek(chunk.start)
-        lines = fh.read(chunk.end - chunk.start).split(b"\n")
-    if lines and not lines[-1]:
-        lines.pop()  # the newline that ends the chunk starts no line
-    return enumerate(lines, chunk.first_line)
-
-
 _MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)  # fault the chunk in at once
 
 
