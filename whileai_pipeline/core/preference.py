@@ -296,7 +296,7 @@ def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ti
         reports = {}
         source_digest = SourceDigest(src, stamp, reports.values())  # fills in the reports made below
         for plan, tally in zip(plans, tallies):
-            report = reports[plan.format] = _checked_report(tally, src, plan.format, validate, started)
+            report = reports[plan.format] = _checked_report(tally, src, plan.format)
             _raise_if_refused(tally, report, validate, started, source_digest)
         published = []  # the files put in place so far
         for plan, tally, spool in zip(plans, tallies, spools):
@@ -316,7 +316,7 @@ def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ti
             spool.discard()
 
 
-def _checked_report(tally, src, format, validate, started):
+def _checked_report(tally, src, format):
     """One format's report; raises for entries that are not pairs and for schema problems."""
     t = tally
     n_entries, skipped, bad, ties, dropped, n_out = t.n_entries, t.skipped, t.bad, t.ties, t.dropped, t.n_out
