@@ -43,6 +43,11 @@ def _incoming(stage):
     return stage.with_name(f".{stage.name}.incoming")
 
 
+def _readable(stage):
+    """Where ``on_bad_line: quarantine`` copies a run's readable lines before they are put in place as ``stage``."""
+    return stage.with_name(f".{stage.name}.readable")
+
+
 def _stage_with_sidecar(incoming, stage, meta_src) -> None:
     """Put the finished ``incoming`` in place as ``stage`` together with a copy of the sidecar ``meta_src``
     (or, when there is none, without the sidecar ``stage`` had), see ``_put_in_place``."""
@@ -197,7 +202,7 @@ def raw_simulation_data(
         # the rows, their sidecar (or none: a stale one would still be read) and the quarantine, together
         _put_in_place(stage, rows, sidecar is not None, remove=[] if quarantined else [quarantine])
     finally:
-        for leftover in (snapshot, meta_snapshot, stage.with_name(f".{stage.name}.readable")):
+        for leftover in (snapshot, meta_snapshot, _readable(stage)):
             if leftover.exists():
                 leftover.unlink()
     has_sidecar = sidecar is not None
@@ -249,7 +254,7 @@ def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> tuple:
     stage stays (the quarantine says why)."""
     bad = 0
     first_bad = None
-    incoming = stage.with_name(f".{stage.name}.readable")
+    incoming = _readable(stage)
     with open(snapshot, "rb") as fin, atomic_file(incoming) as out, atomic_file(quarantine) as qout:
         for lineno, line in enumerate(fin, 1):
             reason = None
@@ -357,7 +362,7 @@ def preference_pairs(
         raise _library_failure(exc, "judge_pairs") from None
     # Built (and judged) beside the stage, put in place only when all went well: a failed step leaves
     # the previous pairs, which a re-export would otherwise publish.
-    incoming = path.with_name(f".{path.name}.incoming")
+    incoming = _incoming(path)
     try:
         try:
             # File to file: the library keeps one summary per row, not the rows (memory stays flat).
