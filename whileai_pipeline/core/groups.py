@@ -29,6 +29,15 @@ def numeric_reward(value):
     return None if math.isnan(number) else number
 
 
+def verdict(value) -> str:
+    """``pass`` (reward >= 0.5), ``fail`` (< 0.5) or ``ungraded``: the export report's rule (spec 5.5),
+    which the scorers' counts and the SFT report's ``rewards`` share."""
+    reward = numeric_reward(value)
+    if reward is None:
+        return "ungraded"
+    return "pass" if reward >= PASS_THRESHOLD else "fail"
+
+
 def task_key(row) -> str:
     return text(row.get("scenario_id") or row.get("task_id") or row.get("prompt") or "")
 

@@ -26,7 +26,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Callable
 
-from .groups import PASS_THRESHOLD, KeyIndex, key_digest, numeric_reward, task_key
+from .groups import KeyIndex, key_digest, numeric_reward, task_key, verdict
 
 BUILTIN_SCORERS = ("existing", "reference_match")
 _PUNCT = re.compile(r"[^\w\s]+", re.UNICODE)
@@ -35,14 +35,6 @@ _WS = re.compile(r"\s+")
 
 class ScorerError(ValueError):
     """A scorer name that cannot be resolved, or a scorer that returned something unusable."""
-
-
-def verdict(value) -> str:
-    """``pass`` (reward >= 0.5), ``fail`` (< 0.5) or ``ungraded``: the export report's rule (spec 5.5)."""
-    reward = numeric_reward(value)
-    if reward is None:
-        return "ungraded"
-    return "pass" if reward >= PASS_THRESHOLD else "fail"
 
 
 def normalize_answer(value) -> str:

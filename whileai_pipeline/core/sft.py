@@ -28,7 +28,7 @@ from .gates import (
     row_conversation_messages,
     scrub,
 )
-from .groups import PASS_THRESHOLD, GroupStats, numeric_reward, row_summary
+from .groups import GroupStats, row_summary, verdict
 from .jsonl import _BLANK, dumps, dumps_reusing, iter_jsonl, iter_jsonl_lines
 from .masks import check_mask_mode
 from .output import Spool, check_outputs, destination, finish, published_one_of, refuse_source, spool_line
@@ -130,7 +130,7 @@ def _written(entry, plan, objects=None):
         row.get("tool_output_truncated", 0),
         row.get("tool_output_chars_cut", 0),
         trained, masked,
-        _reward_class(row.get("reward")),
+        verdict(row.get("reward")),
     )
     write = dumps_reusing if objects is None else objects.dumps
     return facts, write(row, "tools", plan.tools_json), tail
@@ -156,13 +156,6 @@ def _sft_lines(raw, plans):
     return slim, lines
 
 
-def _reward_class(reward):
-    value = numeric_reward(reward)
-    if value is None:
-        return "n_ungraded"
-    return "n_pass" if value >= PASS_THRESHOLD else "n_fail"
-
-
 class _SftTally:
     """Adds up row outcomes in source order: gates, schema check, groups, counters, spool lines."""
 
@@ -179,7 +172,7 @@ class _SftTally:
         self.parts = []  # part files: pooled lines waiting for their group fields, in order
         self.roundtrip, self.leaks = RoundtripGate(plan.format), LeakGate()
         self.schema = SchemaCheck("training_rows")
-        self.rewards = {"n_pass": 0, "n_fail": 0, "n_ungraded": 0}
+        self.rewards = {"pass": 0, "fail": 0, "ungraded": 0}  # rows written, by ``verdict``
         self.rows_read = self.rows_skipped = self.n_entries = self.n_out = self.n_length_cut = self.dropped = 0
         self.with_system = self.with_tools = self.rows_with_calls = 0
         self.truncated = self.chars_cut = self.trained = self.masked = 0
@@ -217,7 +210,7 @@ class _SftTally:
                 continue
             facts, body, tail = written
             (checked, invalid, with_system, with_tools, has_calls, truncated, chars_cut, trained, masked,
-             reward_class) = facts
+             reward_verdict) = facts
             self.roundtrip.record(self.n_out, checked, invalid)
             self.with_system += with_system
             self.with_tools += with_tools
@@ -226,7 +219,7 @@ class _SftTally:
             self.chars_cut += chars_cut
             self.trained += trained
             self.masked += masked
-            self.rewards[reward_class] += 1
+            self.rewards[reward_verdict] += 1
             if body is not None:  # None: a worker process already serialized the line
                 self.spool.write(body, tail, self.prescan.suffix(g) if self.prescan is not None else None)
             elif tail:  # a worker's line has a tail (True): the splice must look for it
@@ -540,7 +533,7 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
         "trained_messages": t.trained,
         "masked_messages": t.masked,
         "privileged_leaks": t.leaks.export_report(),
-        "rewards": t.rewards,
+        "rewards": {f"n_{v}": count for v, count in t.rewards.items()},
     }
     warnings = []
     if t.leaks.n_leaked:
@@ -552,9 +545,9 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             f"{t.n_length_cut} of {t.rows_read} rows were cut by the reply token cap (finish_reason 'length') and "
             "are exported as SFT targets; a model trained on them learns to stop mid-thought. Filter on "
             "finish_reason == 'stop' or raise agent_max_tokens=.")
-    if t.rewards["n_fail"]:
+    if t.rewards["fail"]:
         warnings.append(
-            f"{t.rewards['n_fail']} of {t.n_out} rows have reward below 0.5 and are exported as SFT targets; a "
+            f"{t.rewards['fail']} of {t.n_out} rows have reward below 0.5 and are exported as SFT targets; a "
             "model trained on them learns the failure. Pass `scored.passes()` (or filter on reward) unless "
             "that is intended.")
     if t.rows_with_calls and not src.tools:
