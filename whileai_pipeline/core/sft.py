@@ -364,7 +364,6 @@ def _run_pass(src, plans, tallies, spools, prescan_wanted, pool):
     # The parent leaves the source's hash for the end (``SourceDigest``): here it would take a core
     # from the workers, there one is free while the disk flushes the output.
     src.hashed.deferred = True
-    # without groups to stamp a spooled line is final (it has no tail): append the parts as they come
     jobs = ((chunk, _sft_lines, plans, tuple(spool.part(k) for spool in spools))
             for k, chunk in enumerate(byte_chunks(src.path)))
     before = 0  # lines of the chunks already consumed: the workers number each chunk's lines from 1
@@ -373,7 +372,7 @@ def _run_pass(src, plans, tallies, spools, prescan_wanted, pool):
             consume(outcome, before + line)
         before += lines
         for spool, tally, part in zip(spools, tallies, parts):
-            if not plans[0].grouping:
+            if not plans[0].grouping:  # no group fields to stamp: its lines are final, appended as they come
                 spool.append_part(part)
             else:
                 tally.parts.append(part)
