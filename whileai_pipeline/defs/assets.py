@@ -437,6 +437,28 @@ def _candidate_dir(context, storage):
     return cand_dir
 
 
+def _export_candidates(context, storage, kind, formats, export, source, what, **options):
+    """Every format's candidate of a ``kind`` export from one library call (``export``: one read of
+    ``source``): (candidate folder, {format: path}, {format: report}). The gates decide afterwards
+    (``_finish_export``), so the library is told not to refuse; a ValueError it raises (ExportError and
+    the ValueErrors the library shares with the reference) discards the candidates and fails the step."""
+    cand_dir = _candidate_dir(context, storage)
+    candidates = {fmt: cand_dir / f"{kind}.{fmt}.jsonl" for fmt in formats}
+    try:
+        reports = export(
+            str(source),
+            {fmt: str(path) for fmt, path in candidates.items()},
+            validate=False,
+            progress=(progress := _progress(context, f"{kind} export ({', '.join(formats)})")),
+            **options,
+        )
+        progress.close()
+    except ValueError as exc:
+        discard(cand_dir)
+        raise _library_failure(exc, what) from None
+    return cand_dir, candidates, reports
+
+
 def _gates_run_after(context) -> bool:
     """Whether this run executes the export's blocking gate checks. A run can leave them out (a selection
     ``without_checks()``, ``materialize`` given the assets alone, the export step re-executed alone), and
@@ -580,24 +602,14 @@ def sft_export(
         source = scored
         carried = None
     formats = list(config.formats)
-    cand_dir = _candidate_dir(context, storage)
-    candidates = {fmt: cand_dir / f"sft.{fmt}.jsonl" for fmt in formats}
-    try:
-        # Every format from one read: each row is parsed, converted and leak-checked once.
-        reports = wai.export_datasets(
-            str(source),
-            {fmt: str(path) for fmt, path in candidates.items()},
-            validate=False,
-            mask_mode=config.mask_mode.value,
-            unroll=config.unroll,
-            strip_think=config.strip_think,
-            max_tool_output_chars=config.max_tool_output_chars,
-            progress=(progress := _progress(context, f"sft export ({', '.join(formats)})")),
-        )
-        progress.close()
-    except ValueError as exc:  # ExportError and the ValueErrors the library shares with the reference
-        discard(cand_dir)
-        raise _library_failure(exc, "export_dataset") from None
+    # Every format from one read: each row is parsed, converted and leak-checked once.
+    cand_dir, candidates, reports = _export_candidates(
+        context, storage, "sft", formats, wai.export_datasets, source, "export_dataset",
+        mask_mode=config.mask_mode.value,
+        unroll=config.unroll,
+        strip_think=config.strip_think,
+        max_tool_output_chars=config.max_tool_output_chars,
+    )
     stats = carried if carried is not None else score_stats_of_file(source)
     # the mean reward of the rows the export carries: NaN when none is graded, so the key stays
     return _finish_export(context, storage, "sft", formats, candidates, reports, config, cand_dir,
@@ -620,24 +632,14 @@ def dpo_export(
     pairs_path = storage.stage_path(key, STAGE_PAIRS)
     _require_stage(storage, pairs_path, "preference_pairs")
     formats = list(config.formats)
-    cand_dir = _candidate_dir(context, storage)
-    candidates = {fmt: cand_dir / f"dpo.{fmt}.jsonl" for fmt in formats}
-    try:
-        # Every format from one read. A path source: the pairs stream from the stage file, the system
-        # prompt and tools come from its sidecar (pairs.meta.json), and the report names the file and
-        # its SHA-256.
-        reports = wai.export_preferences(
-            str(pairs_path),
-            {fmt: str(path) for fmt, path in candidates.items()},
-            strip_think=config.strip_think,
-            validate=False,
-            drop_ties=config.drop_ties,
-            progress=(progress := _progress(context, f"dpo export ({', '.join(formats)})")),
-        )
-        progress.close()
-    except ValueError as exc:  # ExportError and the ValueErrors the library shares with the reference
-        discard(cand_dir)
-        raise _library_failure(exc, "export_preference") from None
+    # Every format from one read. A path source: the pairs stream from the stage file, the system
+    # prompt and tools come from its sidecar (pairs.meta.json), and the report names the file and
+    # its SHA-256.
+    cand_dir, candidates, reports = _export_candidates(
+        context, storage, "dpo", formats, wai.export_preferences, pairs_path, "export_preference",
+        strip_think=config.strip_think,
+        drop_ties=config.drop_ties,
+    )
     pictures = _reward_pictures(score_stats_of_file(pairs_path, sides=True))  # both sides of every pair
     return _finish_export(context, storage, "dpo", formats, candidates, reports, config, cand_dir,
                           pictures)
