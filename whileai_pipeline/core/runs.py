@@ -160,10 +160,9 @@ def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True, list
     if hasattr(source, "trajectories") and not (lists_are_rows and isinstance(source, (list, tuple))):
         rows = source.trajectories
         profile = getattr(source, "profile", None)
-        origin = getattr(profile, "source", "profile")
         if profile is not None:
-            found_system, found_tools = text(getattr(profile, "policy", "") or ""), getattr(profile, "tools", None) or []
-            system_from = tools_from = origin
+            found_system, found_tools = _profile_values(profile)
+            system_from = tools_from = getattr(profile, "source", "profile")
         if isinstance(source, Run):
             path = source.path
     elif isinstance(source, (str, Path)):
@@ -183,8 +182,7 @@ def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True, list
         rows = source
         profile = getattr(source, "profile", None)
         if profile is not None:
-            found_system = text(getattr(profile, "policy", "") or "")
-            found_tools = getattr(profile, "tools", None) or []
+            found_system, found_tools = _profile_values(profile)
             system_from = tools_from = "profile"
         if getattr(source, "system_prompt", None) is not None and not callable(source.system_prompt):
             found_system, system_from = text(source.system_prompt), "profile"
@@ -205,6 +203,11 @@ def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True, list
             tools_from = "none"
     return Source(rows=rows, path=path, system=system, tools=tool_list, system_source=system_from,
                   tools_source=tools_from, hashed=hashed)
+
+
+def _profile_values(profile):
+    """(system prompt, tools) of a ``Profile`` or any object shaped like the reference's."""
+    return text(getattr(profile, "policy", "") or ""), getattr(profile, "tools", None) or []
 
 
 def schema_list(tools, what="tools"):
