@@ -427,6 +427,7 @@ class TrailingHash:
                     return h
 
 
-def finish(report, started):
+def with_elapsed(report, started):
+    """``report`` with ``elapsed_seconds`` since ``started`` (``time.perf_counter``), as every export returns it."""
     report["elapsed_seconds"] = round(time.perf_counter() - started, 3)
     return report

@@ -16,7 +16,7 @@ from .gates import (
     scrub,
 )
 from .jsonl import dumps, dumps_reusing
-from .output import Spool, check_outputs, destination, finish, published_one_of, refuse_source
+from .output import Spool, check_outputs, destination, published_one_of, refuse_source, with_elapsed
 from .pairs import first_turn_note, length_note
 from .progress import tick
 from .rows import SchemaCheck, preference_problems, stamp
@@ -310,7 +310,7 @@ def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ti
                 report["path"] = str(spool.dest)
                 report["n_written"] = tally.n_out
         source_digest()
-        return {fmt: finish(report, started) for fmt, report in reports.items()}
+        return {fmt: with_elapsed(report, started) for fmt, report in reports.items()}
     finally:
         for spool in spools:
             spool.discard()
@@ -393,14 +393,14 @@ def _raise_if_refused(tally, report, validate, started, digest):
         digest()
         raise RoundtripInvalidError(
             f"tool_call_roundtrip_invalid: {rt['invalid']} of {rt['checked']} tool calls in the pairs do not "
-            "parse back to structured arguments. Fix the rows or pass validate=False.", finish(report, started))
+            "parse back to structured arguments. Fix the rows or pass validate=False.", with_elapsed(report, started))
     if validate and leaks.n_leaked:
         digest()
         raise PrivilegedLeakError(
             f"privileged_leak: {leaks.n_leaked} of {leaks.n_checked} chosen replies quote their own privileged "
             "context (reference, principle or hidden state); DPO would teach the model to say what only the "
             "grader was told. Drop those pairs (report['privileged_leaks']['leaked'] names them) or pass "
-            "validate=False.", finish(report, started))
+            "validate=False.", with_elapsed(report, started))
     if not tally.n_out and validate:
         digest()
         raise NoPreferencePairsError(

@@ -31,7 +31,7 @@ from .gates import (
 from .groups import GroupStats, row_summary, verdict
 from .jsonl import _BLANK, dumps, dumps_reusing, iter_jsonl, iter_jsonl_lines
 from .masks import check_mask_mode
-from .output import Spool, check_outputs, destination, finish, published_one_of, refuse_source, spool_line
+from .output import Spool, check_outputs, destination, published_one_of, refuse_source, spool_line, with_elapsed
 from .progress import tick
 from .rows import SchemaCheck, convert_row, training_problems
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
@@ -487,10 +487,10 @@ def _export(source, outputs, system_prompt, tools, strip_think, validate, mask_m
                 raise RoundtripInvalidError(
                     f"tool_call_roundtrip_invalid: {rt['invalid']} of {rt['checked']} tool calls do not parse back "
                     f"to structured arguments (rows {rt['rows']}); training on them teaches string-wrapped "
-                    "arguments. Fix the rows or pass validate=False.", finish(report, started))
+                    "arguments. Fix the rows or pass validate=False.", with_elapsed(report, started))
             if validate and leaks.n_leaked:
                 source_digest()
-                raise PrivilegedLeakError(_leak_message(leaks), finish(report, started))
+                raise PrivilegedLeakError(_leak_message(leaks), with_elapsed(report, started))
 
         published = []  # the files put in place so far
         for fmt, report in reports.items():
@@ -508,7 +508,7 @@ def _export(source, outputs, system_prompt, tools, strip_think, validate, mask_m
                                                      alongside=source_digest)
                 published.append(dest)
         source_digest()
-        return {fmt: finish(report, started) for fmt, report in reports.items()}
+        return {fmt: with_elapsed(report, started) for fmt, report in reports.items()}
     finally:
         stack.close()
         for spool in spools:
