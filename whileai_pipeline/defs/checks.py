@@ -16,6 +16,7 @@ import os
 import warnings
 
 import dagster as dg
+import orjson
 
 from whileai_pipeline.core.openai_format import summary, validate_file
 
@@ -114,8 +115,6 @@ def _rows_named(path, indices, limit=3):
     """``: line 1 of sft.openai.jsonl, scenario s1, 'Where is order 7?'; ...`` for the first ``limit`` row
     indices of the written file ``path``, so the rows can be found in the run (the indices count the
     exported rows, not the run's lines); empty when the file cannot be read."""
-    import orjson
-
     wanted = sorted(set(indices))[:limit]
     if not path or not wanted:
         return ""

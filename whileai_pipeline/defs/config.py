@@ -17,6 +17,7 @@ dpo_export                  formats, strip_think, validate, drop_ties
 Dagster run config, sending shared names (formats, strip_think, validate) to both exports.
 """
 
+import difflib
 import enum
 from typing import List, Optional
 
@@ -249,8 +250,6 @@ def flat_to_run_config(options: dict, assets=None) -> dict:
         return options
     unknown = sorted(set(options) - set(FLAT_OPTIONS))
     if unknown:
-        import difflib
-
         guesses = {name: difflib.get_close_matches(name, FLAT_OPTIONS, n=1) for name in unknown}
         hint = ", ".join(f"{match[0]!r} for {name!r}" for name, match in guesses.items() if match)
         raise ConfigFileError(f"unknown option(s) {unknown}{f' (did you mean {hint}?)' if hint else ''}; "
