@@ -27,7 +27,8 @@ import sys
 import warnings
 from pathlib import Path
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+from whileai_pipeline.core.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+
 SAMPLE_RUN = Path(__file__).resolve().parent / "sample" / "support_orders.jsonl"
 
 

@@ -67,6 +67,7 @@ from pathlib import Path
 import orjson
 
 from .datasets_types import ColumnKinds, json_type
+from .exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from .jsonl import has_long_digit_run, long_digit_runs, strict_line, strict_loads
 
 FORMATS = ("openai", "trl")
@@ -881,9 +882,6 @@ def summary(report: dict, *, limit: int = 10) -> dict:
     }
 
 
-EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
-
-
 def run_validate(path, format="openai", *, json_output=False, strict_keys=False, limit=20,
                  out=None, err=None) -> int:
     """The body of ``whileai-pipeline validate FILE --format openai|trl``: print, return an exit code.
@@ -911,4 +909,4 @@ def run_validate(path, format="openai", *, json_output=False, strict_keys=False,
         print(json.dumps(report, indent=2, ensure_ascii=False), file=out)
     else:
         print(format_report(report, limit=limit), file=out)
-    return EXIT_OK if report["ok"] else EXIT_INVALID
+    return EXIT_OK if report["ok"] else EXIT_FAILED
