@@ -1,9 +1,9 @@
 """``whileai-pipeline``: run the Dagster chain on one run file, in this process, with no server.
 
-    whileai-pipeline run PATH [--config FILE] [--name NAME]   register PATH and materialize the chain
-    whileai-pipeline demo [--config FILE]                     the same for the bundled sample run
-    whileai-pipeline register PATH [--name NAME]              only copy into the inbox + add the partition
-    whileai-pipeline validate FILE --format openai|trl        check an export against its consumer's rules
+    whileai-pipeline run PATH [--config FILE] [--name NAME] [-v]   register PATH and materialize the chain
+    whileai-pipeline demo [--config FILE] [-v]                     the same for the bundled sample run
+    whileai-pipeline register PATH [--name NAME]                   only copy into the inbox + add the partition
+    whileai-pipeline validate FILE --format openai|trl             check an export against its consumer's rules
 
 Exit codes: 0 success; 1 the run failed (a gate blocked an export, a step failed on the data, or
 the disk under the storage root is full); 2 bad usage (missing file, unreadable or invalid config
@@ -531,9 +531,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def common(p):
+    def common(p, *, runs=True):
         p.add_argument("--home", help="storage root (default: $WHILEAI_PIPELINE_HOME or ./whileai_data)")
-        p.add_argument("-v", "--verbose", action="store_true", help="show Dagster's own logs")
+        if runs:  # register runs no Dagster job: it has no Dagster logs to show
+            p.add_argument("-v", "--verbose", action="store_true",
+                           help="show Dagster's own logs (the run's events, as `dagster dev` shows them)")
 
     p_run = sub.add_parser("run", help="register a run file and materialize the whole chain for it")
     p_run.add_argument("path", help="a JSONL run (a <name>.meta.json sidecar beside it is taken along)")
@@ -548,7 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_reg = sub.add_parser("register", help="copy a run into the inbox and add its partition, without running")
     p_reg.add_argument("path", help="a JSONL run (a <name>.meta.json sidecar beside it is taken along)")
     p_reg.add_argument("--name", help="partition name (default: the file name without .jsonl)")
-    common(p_reg)
+    common(p_reg, runs=False)
 
     p_val = sub.add_parser("validate", help="check a training file against its consumer's rules "
                            "(openai: OpenAI fine-tuning files; trl: TRL's conversational shapes)")

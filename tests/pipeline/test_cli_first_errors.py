@@ -70,3 +70,20 @@ def test_every_argument_of_every_subcommand_has_help():
     for name, sub in subparsers.choices.items():
         for action in sub._actions:
             assert action.help, f"whileai-pipeline {name}: {action.dest} has no help text"
+
+
+def test_verbose_is_offered_only_where_it_does_something(capsys):
+    """``-v`` shows Dagster's own logs of a run; ``register`` runs no job, and took ``-v`` and ignored it."""
+    from whileai_pipeline.cli import build_parser
+
+    parser = build_parser()
+    for command in (["run", "x.jsonl"], ["demo"]):
+        assert parser.parse_args([*command, "-v"]).verbose is True
+        assert parser.parse_args(command).verbose is False
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args(["register", "x.jsonl", "-v"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: -v" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parser.parse_args(["register", "--help"])
+    assert "--verbose" not in capsys.readouterr().out
