@@ -494,8 +494,9 @@ def test_blank_lines_and_a_bom_are_warnings_for_trl_and_errors_for_openai(tmp_pa
     path = tmp_path / "f.jsonl"
     path.write_bytes(b"\xef\xbb\xbf\n" + json.dumps(trl_messages_good()).encode() + b"\n\n")
     trl = validate_file(path, "trl")
-    assert trl["ok"] and [(p["line"], p["code"], p["severity"]) for p in trl["problems"]] == [
-        (1, "bom", "warning"), (1, "blank_line", "warning"), (3, "blank_line", "warning")]
+    assert trl["ok"] and [(p["line"], p["code"], p["severity"], p.get("lines")) for p in trl["problems"]] == [
+        (1, "bom", "warning", None), (1, "blank_line", "warning", 2)]  # a repeated warning: listed once
+    assert trl["counts"] == {"bom": 1, "blank_line": 2} and trl["warnings"] == 3
     openai = validate_file(path, "openai")
     assert not openai["ok"]
     found = {(p["line"], p["code"], p["severity"]) for p in openai["problems"]}
@@ -561,3 +562,63 @@ def test_tools_that_differ_only_in_a_number_type_are_still_read(tmp_path):
     report = validate_file(_write(tmp_path / "f.jsonl", [row(7), row(7), row(7.0)]), "trl")
     found = [(p["line"], p["where"]) for p in report["problems"] if p["code"] == "datasets_int_as_float"]
     assert found == [(1, "tools[].function.parameters.properties.id.default")]
+
+
+def _final_mask_row():
+    row = openai_good()
+    for m in row["messages"]:
+        m.pop("weight", None)
+    row["loss_mask"] = [0, 0, 0, 0, 1]
+    return row
+
+
+def test_a_warning_repeated_on_every_row_is_listed_once_with_its_count(tmp_path):
+    """`loss_mask_ignored` (the same words on every row of a mask_mode='final' file) and CRLF endings came
+    once per line and buried everything else; they are listed once, at the first line, with how many
+    lines have them, as extra keys are. The counts still count each, and the problem list is not called
+    truncated for them."""
+    rows = [json.dumps(_final_mask_row()).encode() + b"\r" for _ in range(30)]
+    bad = openai_good()
+    bad["messages"][2]["tool_calls"][0]["function"]["arguments"] = "{oops"
+    rows[20] = json.dumps(bad).encode()  # an error after 20 lines of warnings
+    path = tmp_path / "final.openai.jsonl"
+    path.write_bytes(b"\n".join(rows) + b"\n")
+    report = validate_file(path, "openai")
+    assert report["counts"] == {"loss_mask_ignored": 29, "crlf": 29, "arguments_not_json": 1}
+    assert report["warnings"] == 29 + 29 + 1 and report["errors"] == 1  # + the loss_mask extra key
+    assert [(p["line"], p["code"], p.get("lines")) for p in report["problems"]] == [
+        (1, "crlf", 29), (1, "loss_mask_ignored", 29), (21, "arguments_not_json", None)]
+    assert not report["problems_truncated"]
+    text = format_report(report)
+    assert len(text.splitlines()) == 5, text  # verdict, 3 problems, extra keys
+    assert f"{path}:1: warning loss_mask_ignored at loss_mask: " in text
+    assert "(and 28 more lines like it)" in text and "more problems" not in text
+    assert f"{path}:21: error arguments_not_json" in text
+    one = validate_file(path, "openai", max_problems=2)
+    assert one["problems_truncated"] and "1 more problems" in format_report(one)
+    assert validate_file(path, "openai", workers=1) == validate_file(path, "openai", workers=2)
+
+
+def test_warnings_about_particular_rows_are_still_listed_per_row():
+    """Only warnings with the same words on every line are listed once; one that names what is wrong in
+    its row (an undeclared function's name) or marks a defect of that row to fix (an empty assistant
+    turn) keeps a line per row."""
+    rows = []
+    for i in range(12):
+        row = openai_good()
+        row["messages"][2]["tool_calls"][0]["function"]["name"] = f"cancel_order_{i}"
+        row["messages"] += [{"role": "user", "content": "thanks"}, {"role": "assistant", "content": " "}]
+        rows.append(row)
+    report = validate_rows(rows, "openai")
+    assert report["counts"] == {"function_not_declared": 12, "assistant_empty": 12}
+    assert [p["line"] for p in report["problems"]] == [line for line in range(1, 13) for _ in (0, 1)]
+    assert all("lines" not in p for p in report["problems"])
+
+
+def test_a_prompt_ending_on_the_system_turn_in_every_row_is_listed_once():
+    """An agent that speaks first: every prompt is the system turn alone, the same warning on every row."""
+    rows = [{"prompt": [{"role": "system", "content": "Greet the customer."}],
+             "completion": [{"role": "assistant", "content": f"Hello, how can I help? ({i})"}]} for i in range(5)]
+    report = validate_rows(rows, "trl")
+    assert report["ok"] and report["counts"] == {"prompt_last_role": 5} and report["warnings"] == 5
+    assert [(p["line"], p["where"], p["lines"]) for p in report["problems"]] == [(1, "prompt[0].role", 5)]

@@ -56,6 +56,10 @@ are reported once per key as a warning (``extra_keys``): OpenAI's per-line schem
 pass ``strict_keys=True`` to make them errors. A ``loss_mask`` that masks assistant turns without a
 ``weight: 0`` on them is a warning (``loss_mask_ignored``): OpenAI trains every assistant turn whose
 weight is not 0. TRL drops the other columns, so the trl format reports no other extra key.
+
+A warning whose words are the same on every line that has it (``loss_mask_ignored``, ``crlf``, a
+``blank_line`` or ``prompt_last_role`` warning) is listed once in a file's report, at its first line,
+with ``lines``: how many lines have it (``counts`` still counts every one).
 """
 
 from __future__ import annotations
@@ -104,6 +108,10 @@ CHECKED_FOR = {
             "user/tool/assistant turn, completions starting with an assistant turn, tools schema shape, "
             "values datasets.load_dataset would change (one type per path across rows)."),
 }
+# Warnings whose words are the same on every line that has one (a whole file of them says nothing new
+# after the first): a file's report lists each (code, where) once, at its first line, with ``lines``
+# (how many lines have it); ``counts``, ``warnings`` and ``problems_truncated`` still count every one.
+REPEATED_WARNINGS = frozenset({"loss_mask_ignored", "crlf", "blank_line", "prompt_last_role"})
 NOTE_OUR_PREFERENCE = (
     "prompt/chosen/rejected rows are this project's preference shape, not OpenAI's hosted DPO shape "
     "(input/preferred_output/non_preferred_output): each side was checked as a whole conversation under "
@@ -392,10 +400,10 @@ class _Row:
             return
         ignored = [i for i, (m, bit) in enumerate(zip(messages, mask))
                    if isinstance(m, dict) and m.get("role") == "assistant" and bit == 0 and m.get("weight") != 0]
-        if ignored:
+        if ignored:  # the same words on every row: a file lists it once (REPEATED_WARNINGS)
             self.warn("loss_mask_ignored", "loss_mask",
-                      f"loss_mask masks assistant messages {ignored}, but OpenAI reads only 'weight': "
-                      "they will be trained unless they carry weight 0")
+                      "loss_mask masks assistant turns, but OpenAI reads only 'weight': a masked turn "
+                      "without weight 0 is trained")
 
     def openai_row(self, row):
         declared = self.tools(row.get("tools"))
@@ -586,6 +594,7 @@ class _Report:
         self.severity = Counter()
         self.problems: list[dict] = []
         self.extra_keys: dict[str, dict] = {}
+        self.repeated: dict[tuple, dict] = {}  # (code, where) -> its one entry (REPEATED_WARNINGS)
         self.first_shape = None
         self.kinds = ColumnKinds() if fmt == "trl" else None  # what datasets' JSON loader changes
 
@@ -599,6 +608,16 @@ class _Report:
             self.counts[p["code"]] += 1
             self.severity[p["severity"]] += 1
             errored = errored or p["severity"] == "error"
+            if p["severity"] == "warning" and p["code"] in REPEATED_WARNINGS:
+                key = (p["code"], p["where"])
+                seen = self.repeated.get(key)
+                if seen is not None:  # listed once (or not at all, when the list was full at its first line)
+                    seen["lines"] += 1
+                    continue
+                entry = self.repeated[key] = {"line": line, **p, "lines": 1}
+                if len(self.problems) < self.max_problems:
+                    self.problems.append(entry)
+                continue
             if len(self.problems) < self.max_problems:
                 self.problems.append({"line": line, **p})
         if errored and row:
@@ -676,7 +695,7 @@ class _Report:
             "warnings": warnings,
             "counts": dict(sorted(self.counts.items())),
             "problems": self.problems,
-            "problems_truncated": sum(self.counts.values()) > len(self.problems),
+            "problems_truncated": sum(self.counts.values()) > _listed(self.problems),
             "extra_keys": extra,
             "notes": notes,
             "checked_for": CHECKED_FOR[self.fmt],
@@ -689,7 +708,8 @@ def validate_file(path, format="openai", *, max_problems=50, strict_keys=False, 
 
     Returns a report dict: ``ok`` (no errors), ``format``, ``path``, ``rows``, ``rows_with_errors``,
     ``shapes`` (rows per detected shape), ``errors``, ``warnings``, ``counts`` (problems per code),
-    ``problems`` (the first ``max_problems``: ``line``, ``severity``, ``code``, ``where``, ``message``),
+    ``problems`` (the first ``max_problems``: ``line``, ``severity``, ``code``, ``where``, ``message``;
+    a ``REPEATED_WARNINGS`` entry, listed once at its first line, also ``lines``),
     ``problems_truncated``, ``extra_keys`` (key -> first line, rows, severity), ``notes`` and
     ``checked_for``. A missing file raises ``FileNotFoundError``. A big file is read by worker
     processes (``workers`` as for ``export_dataset``); the report is the same.
@@ -842,6 +862,11 @@ def _count_extra_key(extra_keys, line, problem):
         seen["rows"] += 1
 
 
+def _listed(problems) -> int:
+    """How many problems ``problems`` stand for: a REPEATED_WARNINGS entry stands for its ``lines``."""
+    return sum(p.get("lines", 1) for p in problems)
+
+
 def format_report(report: dict, *, limit: int = 20) -> str:
     """Human-readable lines for a terminal: a verdict, then ``path:line: severity code at where: message``."""
     path = report.get("path") or "<rows>"
@@ -852,8 +877,10 @@ def format_report(report: dict, *, limit: int = 20) -> str:
     for p in report["problems"][:limit]:
         where = f" at {p['where']}" if p["where"] else ""
         loc = f"{path}:{p['line']}" if p["line"] is not None else path
-        lines.append(f"{loc}: {p['severity']} {p['code']}{where}: {p['message']}")
-    hidden = sum(report["counts"].values()) - min(limit, len(report["problems"]))
+        more = p.get("lines", 1) - 1
+        also = f" (and {more} more line{'s' if more > 1 else ''} like it)" if more else ""
+        lines.append(f"{loc}: {p['severity']} {p['code']}{where}: {p['message']}{also}")
+    hidden = sum(report["counts"].values()) - _listed(report["problems"][:limit])
     if hidden > 0:
         lines.append(f"... {hidden} more problems; counts by code: {report['counts']}")
     by_severity: dict = {}
