@@ -40,6 +40,10 @@ def test_each_export_fails_the_other_format(exports, name):
     other = "trl" if export["format"] == "openai" else "openai"
     report = validate_file(export["path"], other)
     assert not report["ok"]
+    # ...and says which format the file looks like, once, instead of leaving an error per line to read
+    assert report["looks_like"]["format"] == export["format"]
+    assert f"check it with --format {export['format']}" in report["looks_like"]["message"]
+    assert validate_file(export["path"], export["format"])["looks_like"] is None
     if other == "trl" and name == "sft_openai":
         assert report["counts"] == {"trl_keys": report["rows"]}
     if other == "openai" and name == "sft_trl_messages":

@@ -622,3 +622,76 @@ def test_a_prompt_ending_on_the_system_turn_in_every_row_is_listed_once():
     report = validate_rows(rows, "trl")
     assert report["ok"] and report["counts"] == {"prompt_last_role": 5} and report["warnings"] == 5
     assert [(p["line"], p["where"], p["lines"]) for p in report["problems"]] == [(1, "prompt[0].role", 5)]
+
+
+
+OTHER_FORMAT_CASES = [
+    # (format checked, rows of the other format, what the note names)
+    ("openai", trl_messages_good, "tool-call arguments as JSON objects"),
+    ("openai", trl_completion_good, "prompt / completion lists of messages"),
+    ("openai", trl_pref_good, "a prompt that is a list of messages"),
+    ("trl", openai_good, "tool-call arguments as JSON strings"),
+    ("trl", our_pref_good, "a prompt text beside chosen / rejected conversations"),
+    ("trl", openai_dpo_good, "OpenAI's DPO keys"),
+]
+
+
+@pytest.mark.parametrize("fmt,make,tell", OTHER_FORMAT_CASES, ids=[f"{f}-{m.__name__}" for f, m, _ in OTHER_FORMAT_CASES])
+def test_a_file_of_the_other_format_says_which_format_to_try(tmp_path, monkeypatch, fmt, make, tell):
+    """`validate --format openai` on a TRL file (or the reverse) listed an error per line (unknown_shape,
+    arguments_not_string, trl_keys...) and never said the obvious; the report now names the other format
+    once, from what the one pass saw."""
+    other = "trl" if fmt == "openai" else "openai"
+    path = tmp_path / "other.jsonl"
+    _write(path, [make() for _ in range(12)])
+    report = validate_file(path, fmt)
+    assert not report["ok"]
+    assert report["looks_like"] == {"format": other, "rows": 12, "first_line": 1,
+                                    "message": report["looks_like"]["message"]}
+    assert tell in report["looks_like"]["message"]
+    assert report["looks_like"]["message"].endswith(f"check it with --format {other}")
+    lines = format_report(report).splitlines()
+    assert lines[1] == f"note: {report['looks_like']['message']}"  # right under the verdict
+    assert sum(line.startswith("note: the rows look like") for line in lines) == 1
+    assert "not OpenAI's hosted DPO shape" not in "\n".join(lines)  # that note is about our own pairs
+    assert validate_file(path, other)["looks_like"] is None
+    from whileai_pipeline.core import parallel
+
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 700)  # many chunks: the worker processes' events say it too
+    assert validate_file(path, fmt, workers=2) == report
+
+
+def test_the_other_format_note_needs_half_the_rows_with_errors(tmp_path):
+    """One TRL row among openai rows with other errors is not a TRL file; a TRL file with some rows that
+    OpenAI also takes (no tool call) still is."""
+    bad = openai_good()
+    bad["messages"][2]["tool_calls"][0]["function"]["arguments"] = "{oops"
+    stray = [trl_messages_good()] + [bad] * 3 + [openai_good()] * 8
+    assert validate_rows(stray, "openai")["looks_like"] is None
+    no_calls = trl_messages_good()
+    no_calls["messages"] = [no_calls["messages"][1], no_calls["messages"][4]]
+    mostly = [trl_messages_good()] * 3 + [no_calls] * 9
+    report = validate_rows(mostly, "openai")
+    assert report["rows_with_errors"] == 3 and report["looks_like"]["rows"] == 3
+    assert "3 of 12 rows (the first at line 1) have tool-call arguments as JSON objects" in (
+        report["looks_like"]["message"])
+    good = validate_rows([openai_good()] * 12, "openai")
+    assert good["looks_like"] is None and "note:" not in format_report(good)
+
+
+def test_the_digest_carries_the_other_format_note_apart_from_the_problems(tmp_path):
+    import io
+
+    from whileai_pipeline.core.openai_format import run_validate, summary
+
+    path = tmp_path / "sft.trl.jsonl"
+    _write(path, [trl_completion_good() for _ in range(12)])
+    out, err = io.StringIO(), io.StringIO()
+    assert run_validate(path, "openai", out=out, err=err) == 1
+    assert out.getvalue().splitlines()[1].startswith("note: the rows look like trl rows, not openai ones")
+    digest = summary(validate_file(path, "openai"))
+    assert digest["looks_like"]["format"] == "trl"
+    assert all(" unknown_shape" in line or line.startswith("...") for line in digest["first_problems"])
+    out = io.StringIO()
+    assert run_validate(path, "openai", json_output=True, out=out, err=err) == 1
+    assert json.loads(out.getvalue())["looks_like"]["format"] == "trl"

@@ -60,6 +60,12 @@ weight is not 0. TRL drops the other columns, so the trl format reports no other
 A warning whose words are the same on every line that has it (``loss_mask_ignored``, ``crlf``, a
 ``blank_line`` or ``prompt_last_role`` warning) is listed once in a file's report, at its first line,
 with ``lines``: how many lines have it (``counts`` still counts every one).
+
+A file checked as one format whose rows do things the other format's way (``trl`` rows' object arguments
+or prompt / completion lists in an ``openai`` check; ``openai`` rows' JSON-string arguments or prompt text
+in a ``trl`` check) gets ``looks_like``: the other format, how many rows and the first line, and a
+sentence saying which ``--format`` to try, when at least half the rows with errors are such rows. It
+is decided from what the one pass over the file sees.
 """
 
 from __future__ import annotations
@@ -112,6 +118,10 @@ CHECKED_FOR = {
 # after the first): a file's report lists each (code, where) once, at its first line, with ``lines``
 # (how many lines have it); ``counts``, ``warnings`` and ``problems_truncated`` still count every one.
 REPEATED_WARNINGS = frozenset({"loss_mask_ignored", "crlf", "blank_line", "prompt_last_role"})
+# A file checked as one format whose rows do things the other's way (object arguments in an openai
+# check, JSON-string arguments or a prompt text beside messages in a trl check: each an error the check
+# finds anyway) gets a ``looks_like`` note naming the other format, decided on the same one pass.
+OTHER_FORMAT = {"openai": "trl", "trl": "openai"}
 NOTE_OUR_PREFERENCE = (
     "prompt/chosen/rejected rows are this project's preference shape, not OpenAI's hosted DPO shape "
     "(input/preferred_output/non_preferred_output): each side was checked as a whole conversation under "
@@ -132,6 +142,13 @@ class _Row:
         self.fmt = fmt
         self.strict_keys = strict_keys
         self.problems: list[dict] = []
+        self.other_format = None  # the first thing the row does the other format's way (OTHER_FORMAT)
+
+    def looks_like_other(self, tell):
+        """The row does something the way the other format does (an error here, found while checking it):
+        ``tell`` says what, for the report's ``looks_like`` note."""
+        if self.other_format is None:
+            self.other_format = tell
 
     def error(self, code, where, message):
         self.problems.append({"severity": "error", "code": code, "where": where, "message": message})
@@ -282,6 +299,8 @@ class _Row:
         args = fn["arguments"]
         if self.fmt == "openai":
             if not isinstance(args, str):
+                if isinstance(args, dict):
+                    self.looks_like_other("tool-call arguments as JSON objects")
                 self.error("arguments_not_string", aw,
                            f"OpenAI wants arguments as a JSON string, got {json_type(args)} (export format='openai')")
                 return call_id
@@ -294,6 +313,8 @@ class _Row:
                 self.error("arguments_not_object", aw,
                            f"arguments must parse to an object, parsed to {json_type(parsed)}: {_short(args)}")
         elif not isinstance(args, dict):
+            if isinstance(args, str):
+                self.looks_like_other("tool-call arguments as JSON strings")
             hint = (" (a JSON string is rendered quoted a second time by | tojson; export format='trl')"
                     if isinstance(args, str) else "")
             self.error("arguments_not_object", aw, f"TRL wants arguments as an object, got {json_type(args)}{hint}")
@@ -449,6 +470,8 @@ class _Row:
             self.extra_keys(row, OUR_PREF_KEYS | _pair_keys())
             prompt = row.get("prompt")
             if prompt is not None and not isinstance(prompt, str):
+                if isinstance(prompt, list):
+                    self.looks_like_other("a prompt that is a list of messages")
                 self.error("prompt_type", "prompt",
                            f"prompt is the raw prompt text (string or null), got {json_type(prompt)}")
             for side in ("chosen", "rejected"):
@@ -457,6 +480,8 @@ class _Row:
                     continue
                 self.conversation(row[side], side, declared=declared, parallel=parallel)
             return "preference"
+        if isinstance(row.get("prompt"), list) or isinstance(row.get("completion"), list):
+            self.looks_like_other("prompt / completion lists of messages")
         self.error("unknown_shape", "", "the row has no 'messages' (chat), no 'input'/'preferred_output'/"
                    "'non_preferred_output' (OpenAI DPO) and no 'chosen'/'rejected' (this project's pairs)")
         return "unknown"
@@ -465,6 +490,10 @@ class _Row:
         keys = frozenset(k for k in TRL_KEYS if k in row)
         shape = TRL_SHAPES.get(keys)
         if shape is None:
+            if "messages" in row and isinstance(row.get("prompt"), str):
+                self.looks_like_other("a prompt text beside messages")
+            elif OPENAI_PREF_KEYS & set(row):
+                self.looks_like_other("OpenAI's DPO keys (input, preferred_output, non_preferred_output)")
             self.error("trl_keys", "", f"TRL accepts the key sets {sorted(sorted(s) for s in TRL_SHAPES)}; "
                        f"this row has {sorted(keys)}")
             return "unknown"
@@ -487,6 +516,8 @@ class _Row:
             return self.implicit_preference(row, declared)
         if "prompt" in row:
             prompt = row["prompt"]
+            if isinstance(prompt, str) and shape == "preference":
+                self.looks_like_other("a prompt text beside chosen / rejected conversations")
             state = self.conversation(prompt, "prompt", declared=declared, need_assistant=False)
             if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
                 last = prompt[-1].get("role")
@@ -575,12 +606,18 @@ def _check_format(format):
 def validate_row(row, format="openai", *, strict_keys=False) -> tuple[str, list[dict]]:
     """(shape, problems) of one parsed row; problems have ``severity``, ``code``, ``where``, ``message``."""
     _check_format(format)
+    shape, problems, _ = _check_row(row, format, strict_keys)
+    return shape, problems
+
+
+def _check_row(row, format, strict_keys):
+    """``validate_row``'s (shape, problems), and what the row does the other format's way (or None)."""
     checker = _Row(format, strict_keys)
     if not isinstance(row, dict):
         checker.error("not_an_object", "", f"each line must be a JSON object, got {json_type(row)}")
-        return "unknown", checker.problems
+        return "unknown", checker.problems, None
     shape = checker.openai_row(row) if format == "openai" else checker.trl_row(row)
-    return shape, checker.problems
+    return shape, checker.problems, checker.other_format
 
 
 class _Report:
@@ -595,6 +632,9 @@ class _Report:
         self.problems: list[dict] = []
         self.extra_keys: dict[str, dict] = {}
         self.repeated: dict[tuple, dict] = {}  # (code, where) -> its one entry (REPEATED_WARNINGS)
+        self.other_rows = 0  # rows that did something the other format's way, the first one's line, what
+        self.other_first_line = None
+        self.other_tells: dict[str, None] = {}  # (ordered: first seen first)
         self.first_shape = None
         self.kinds = ColumnKinds() if fmt == "trl" else None  # what datasets' JSON loader changes
 
@@ -642,17 +682,22 @@ class _Report:
                 self.rows += 1
                 self.add(line, event[1], errored=event[2])
             else:
-                self.shaped(line, event[1], event[2], errored=event[3])
+                self.shaped(line, event[1], event[2], errored=event[3], other=event[4])
 
     def row(self, line, row, strict_keys, before=()):
         if self.kinds is not None:
             self.kinds.add(line, row)
-        shape, problems = validate_row(row, self.fmt, strict_keys=strict_keys)
-        self.shaped(line, shape, [*before, *problems])
+        shape, problems, other = _check_row(row, self.fmt, strict_keys)
+        self.shaped(line, shape, [*before, *problems], other=other)
 
-    def shaped(self, line, shape, problems, errored=False):
+    def shaped(self, line, shape, problems, errored=False, other=False):
         self.rows += 1
         self.shapes[shape] += 1
+        if other:
+            self.other_rows += 1
+            self.other_tells.setdefault(other)
+            if self.other_first_line is None:
+                self.other_first_line = line
         if shape != "unknown":
             if self.first_shape is None:
                 self.first_shape = (shape, line)
@@ -670,7 +715,8 @@ class _Report:
                 self.kinds.recount(_rows_of(path), unfollowed)
             for line, problem in self.kinds.problems():
                 self.add(line, [problem], row=False)
-        if self.fmt == "openai" and self.shapes.get("preference"):
+        looks_like = self.looks_like()
+        if self.fmt == "openai" and self.shapes.get("preference") and looks_like is None:
             notes.append(NOTE_OUR_PREFERENCE)
         if self.fmt == "openai" and self.rows and self.rows < MIN_EXAMPLES and not self.shapes.get("preference"):
             self.add(None, [{"severity": "warning", "code": "too_few_examples", "where": "",
@@ -697,10 +743,31 @@ class _Report:
             "problems": self.problems,
             "problems_truncated": sum(self.counts.values()) > _listed(self.problems),
             "extra_keys": extra,
+            "looks_like": looks_like,
             "notes": notes,
             "checked_for": CHECKED_FOR[self.fmt],
         }
         return report
+
+    def looks_like(self):
+        """The other format, when at least half the rows with errors do something its way; else None.
+
+        Decided from what the one pass saw (``_Row.looks_like_other``), not by checking the file again.
+        """
+        if not self.other_rows or self.other_rows * 2 < self.rows_with_errors:
+            return None
+        other = OTHER_FORMAT[self.fmt]
+        n = self.other_rows
+        share = (f"all {n} rows" if n == self.rows and n > 1 else
+                 f"{n} of {self.rows} row{'s' if self.rows > 1 else ''} (the first at line {self.other_first_line})")
+        return {
+            "format": other,
+            "rows": n,
+            "first_line": self.other_first_line,
+            "message": f"the rows look like {other} rows, not {self.fmt} ones: {share} "
+                       f"{'has' if n == 1 else 'have'} {' or '.join(self.other_tells)}, as {other} files do. "
+                       f"If this is {'an' if other == 'openai' else 'a'} {other} export, check it with --format {other}",
+        }
 
 
 def validate_file(path, format="openai", *, max_problems=50, strict_keys=False, workers=None) -> dict:
@@ -710,8 +777,9 @@ def validate_file(path, format="openai", *, max_problems=50, strict_keys=False, 
     ``shapes`` (rows per detected shape), ``errors``, ``warnings``, ``counts`` (problems per code),
     ``problems`` (the first ``max_problems``: ``line``, ``severity``, ``code``, ``where``, ``message``;
     a ``REPEATED_WARNINGS`` entry, listed once at its first line, also ``lines``),
-    ``problems_truncated``, ``extra_keys`` (key -> first line, rows, severity), ``notes`` and
-    ``checked_for``. A missing file raises ``FileNotFoundError``. A big file is read by worker
+    ``problems_truncated``, ``extra_keys`` (key -> first line, rows, severity), ``looks_like`` (None,
+    or the other format the rows look like: ``format``, ``rows``, ``first_line``, ``message``), ``notes``
+    and ``checked_for``. A missing file raises ``FileNotFoundError``. A big file is read by worker
     processes (``workers`` as for ``export_dataset``); the report is the same.
     """
     _check_format(format)
@@ -832,7 +900,7 @@ def _line_findings(line_no, raw, format, strict_keys, extra_keys, kinds=None, lo
         kinds.add(line_no, row)
         if long_run:  # only such a line can hold an integer beyond int64
             kinds.add_big_ints(line_no, row)
-    shape, problems = validate_row(row, format, strict_keys=strict_keys)
+    shape, problems, other = _check_row(row, format, strict_keys)
     kept, errored = [], False
     for p in problems:
         if p["code"] == "extra_keys":
@@ -840,7 +908,7 @@ def _line_findings(line_no, raw, format, strict_keys, extra_keys, kinds=None, lo
             errored = errored or p["severity"] == "error"
         else:
             kept.append(p)
-    events.append(("row", shape, [*before, *kept], errored))
+    events.append(("row", shape, [*before, *kept], errored, other))
     return events
 
 
@@ -874,6 +942,16 @@ def format_report(report: dict, *, limit: int = 20) -> str:
     shapes = ", ".join(f"{n} {s}" for s, n in report["shapes"].items()) or "no rows"
     lines = [f"{verdict}: {path} as {report['format']}: {report['rows']} rows ({shapes}), "
              f"{report['errors']} errors, {report['warnings']} warnings"]
+    if report.get("looks_like"):  # said before the problems it explains
+        lines.append(f"note: {report['looks_like']['message']}")
+    lines += _problem_lines(report, path, limit)
+    lines.extend(f"note: {n}" for n in report["notes"])
+    return "\n".join(lines)
+
+
+def _problem_lines(report, path, limit):
+    """``format_report``'s lines for the problems: the first ``limit``, what is left, the extra keys."""
+    lines = []
     for p in report["problems"][:limit]:
         where = f" at {p['where']}" if p["where"] else ""
         loc = f"{path}:{p['line']}" if p["line"] is not None else path
@@ -889,8 +967,7 @@ def format_report(report: dict, *, limit: int = 20) -> str:
     for severity, keys in by_severity.items():
         lines.append(f"{path}: {severity} extra_keys: not part of the {report['format']} format: "
                      + ", ".join(keys))
-    lines.extend(f"note: {n}" for n in report["notes"])
-    return "\n".join(lines)
+    return lines
 
 
 def summary(report: dict, *, limit: int = 10) -> dict:
@@ -903,8 +980,9 @@ def summary(report: dict, *, limit: int = 10) -> dict:
         "errors": report["errors"],
         "warnings": report["warnings"],
         "counts": report["counts"],
-        "first_problems": format_report(report, limit=limit).splitlines()[1:limit + 1],
+        "first_problems": _problem_lines(report, report.get("path") or "<rows>", limit)[:limit],
         "extra_keys": sorted(report["extra_keys"]),
+        "looks_like": report.get("looks_like"),
         "notes": report["notes"],
     }
 
