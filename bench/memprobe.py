@@ -87,7 +87,7 @@ def length_judge(a, b):
 def step(name, work, run, workers):
     work = Path(work)
     if name == "score":
-        from whileai_pipeline.core.jsonl import atomic_file
+        from whileai_pipeline.core.atomic import atomic_file
         from whileai_pipeline.core.scoring import ScoreStats, resolve_scorer, score_file
 
         stats, dest = ScoreStats(), work / "scored.jsonl"
@@ -96,7 +96,7 @@ def step(name, work, run, workers):
         _sidecar(run, dest)
         return {"n": stats.n, "groups": _n_groups(stats)}
     if name == "passing":
-        from whileai_pipeline.core.jsonl import atomic_file
+        from whileai_pipeline.core.atomic import atomic_file
         from whileai_pipeline.core.scoring import ScoreStats, passing_rows_file
 
         stats, dest = ScoreStats(), work / "sft_source.jsonl"

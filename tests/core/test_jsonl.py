@@ -5,7 +5,8 @@ import os
 import pytest
 
 from whileai_pipeline.core.errors import BadJsonlError
-from whileai_pipeline.core.jsonl import atomic_file, read_jsonl, sha256_file, write_jsonl
+from whileai_pipeline.core.atomic import atomic_file
+from whileai_pipeline.core.jsonl import read_jsonl, sha256_file, write_jsonl
 
 
 def test_bad_line_names_file_and_line(tmp_path):
@@ -56,9 +57,9 @@ def test_sha256_file(tmp_path):
 
 def test_a_written_file_gets_the_umask_mode_or_keeps_the_mode_of_the_file_it_replaces(tmp_path, monkeypatch):
     """Not mkstemp's 0600: a trainer running as another user must be able to read a published export."""
-    from whileai_pipeline.core import jsonl
+    from whileai_pipeline.core import atomic
 
-    monkeypatch.setattr(jsonl, "_UMASK", 0o027)
+    monkeypatch.setattr(atomic, "_UMASK", 0o027)
     out = tmp_path / "rows.jsonl"
     write_jsonl(out, [{"a": 1}])
     assert os.stat(out).st_mode & 0o777 == 0o640
@@ -69,7 +70,7 @@ def test_a_written_file_gets_the_umask_mode_or_keeps_the_mode_of_the_file_it_rep
 
 
 def test_the_umask_is_read_as_os_umask_sets_it():
-    from whileai_pipeline.core.jsonl import _process_umask
+    from whileai_pipeline.core.atomic import _process_umask
 
     current = os.umask(0o022)
     os.umask(current)
@@ -86,7 +87,7 @@ def test_an_output_with_a_long_name_is_written_and_its_leftovers_found(tmp_path,
     """A name of 240 bytes is a valid file name; the temp file beside it (and a worker's part) used to
     be longer than the 255 bytes a name may have."""
     import whileai_pipeline.simulations as wai
-    from whileai_pipeline.core.jsonl import clean_stale_temps, temp_beside
+    from whileai_pipeline.core.atomic import clean_stale_temps, temp_beside
 
     rows = [{"prompt": "p", "final_text": "a", "scenario_id": f"s{i}"} for i in range(3)]
     run = tmp_path / "run.jsonl"
@@ -122,7 +123,7 @@ def test_a_name_too_long_for_the_filesystem_says_so():
 
 def test_the_stale_temp_cleaner_takes_only_its_own_files(tmp_path):
     """Writing x.jsonl used to delete the live temp file of a write to x.jsonl.424242 (read as pid 424242)."""
-    from whileai_pipeline.core.jsonl import atomic_file, clean_stale_temps, temp_beside
+    from whileai_pipeline.core.atomic import atomic_file, clean_stale_temps, temp_beside
 
     other = tmp_path / "x.jsonl.424242"
     with atomic_file(other) as fh:

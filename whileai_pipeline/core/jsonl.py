@@ -1,11 +1,9 @@
-"""JSONL on disk: streaming reads with file:line errors, atomic writes, hashing.
+"""JSONL on disk: the one JSON writer (``dumps``), streaming reads with file:line errors, hashing.
 
-Every file this project writes goes through ``atomic_file``: bytes land in a temporary file in the
-destination's directory and are renamed over the destination only when complete, so a reader (or a
-crash) never sees half a file.
+``write_jsonl`` and ``write_json`` write through ``atomic.atomic_file``, so a reader (or a crash)
+never sees half a file.
 """
 
-import contextlib
 import dataclasses
 import datetime
 import enum
@@ -13,18 +11,16 @@ import hashlib
 import json
 import math
 import os
-import re
-import tempfile
 import threading
 from pathlib import Path
 
 import orjson
 
-from .errors import BadJsonlError, ExportError, WriteFailedError
+from .atomic import atomic_file
+from .errors import BadJsonlError, ExportError
 
 _BOM = b"\xef\xbb\xbf"
 _DUMP_OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
-TMP_SUFFIX = ".tmp"
 
 
 def jsonable(value):
@@ -464,95 +460,6 @@ def sha256_of(path, chunk=1 << 20):
     return h
 
 
-def temp_beside(dest, kind="tmp"):
-    """Create a temp file in ``dest``'s directory, named ``.<name>.<pid>.<random>.<kind>.tmp``.
-
-    The pid in the name lets a later run tell a crashed writer's leftovers (``clean_stale_temps``)
-    from a live writer's file. The file gets the mode ``dest`` will keep once it is renamed there
-    (``mode_for``), not mkstemp's 0600, which would hide a published export from a trainer running
-    as another user. Returns (fd, path).
-    """
-    dest = Path(dest)
-    clean_stale_temps(dest)
-    fd, tmp = tempfile.mkstemp(prefix=f"{temp_prefix(dest)}{os.getpid()}.", suffix=f".{kind}{TMP_SUFFIX}",
-                               dir=dest.parent)
-    try:
-        os.fchmod(fd, mode_for(dest))
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    return fd, tmp
-
-
-def mode_for(dest) -> int:
-    """The mode a file renamed to ``dest`` should have: that of the file it replaces, else what
-    ``open`` would give (0666 less the umask)."""
-    try:
-        return os.stat(dest).st_mode & 0o7777
-    except OSError:
-        return 0o666 & ~_UMASK
-
-
-def _process_umask() -> int:
-    """The umask, read without changing it where Linux shows it (os.umask can only set it)."""
-    with contextlib.suppress(OSError, ValueError, StopIteration):
-        with open("/proc/self/status", "rb") as fh:
-            return int(next(line for line in fh if line.startswith(b"Umask:")).split()[1], 8)
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _process_umask()
-
-
-def clean_stale_temps(dest) -> list:
-    """Delete temp files a killed writer left beside ``dest`` (their pid is gone); returns their names."""
-    dest = Path(dest)
-    removed = []
-    prefix = temp_prefix(dest)
-    try:
-        names = os.listdir(dest.parent)
-    except OSError:
-        return removed
-    for name in names:
-        ours = _OUR_TEMP.match(name[len(prefix):]) if name.startswith(prefix) else None
-        if ours is None or _alive(int(ours.group(1))):  # not ours (x.jsonl.42 is another file), or live
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(dest.parent / name)
-            removed.append(name)
-    return removed
-
-
-# what follows temp_prefix(dest) in the names of our temp files: the writer's pid, then mkstemp's eight
-# random characters and a kind (``.123.ab_cd9xy.write.tmp``), maybe with a worker part after it
-# (``….spool.tmp.0.part.tmp``), or a kind and part number (``.123.pairs7.part.tmp``, PartFiles)
-_OUR_TEMP = re.compile(r"(\d+)\.(?:[a-z0-9_]{8}\.[a-z]+\.tmp(?:\.\d+\.part\.tmp)?|[a-z]+\d+\.part\.tmp)\Z")
-
-
-def temp_prefix(dest) -> str:
-    """``.<name>.`` for the temp files beside ``dest``; a long name is cut (and a digest of it kept), so
-    the temp file and its worker parts stay within the 255 bytes a file name may have."""
-    name = dest.name
-    raw = name.encode("utf-8", "surrogateescape")
-    if len(raw) > 100:
-        name = raw[:60].decode("utf-8", "ignore") + "~" + hashlib.sha1(raw).hexdigest()[:12]
-    return f".{name}."
-
-
-def _alive(pid) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
 def require_file(path, what, hint):
     """Raise unless ``path`` is a file: a directory gets its own error, as it is not "missing"."""
     if path.is_file():
@@ -561,67 +468,6 @@ def require_file(path, what, hint):
         raise IsADirectoryError(f"{path} is a directory, not a {what}: pass a .jsonl file in it, e.g. "
                                 f"{path / '<name>.jsonl'}")
     raise FileNotFoundError(f"no such {what}: {path} ({hint})")
-
-
-@contextlib.contextmanager
-def atomic_file(dest):
-    """Open a temporary file beside ``dest`` for binary writing; rename it onto ``dest`` on success.
-
-    On any exception the temporary file is removed and ``dest`` is untouched. The data is fsynced
-    before the rename so a crash leaves either the old file or the complete new one.
-    """
-    dest = Path(dest).expanduser()
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = temp_beside(dest, "write")
-    except OSError as exc:
-        raise WriteFailedError(dest, exc) from exc
-    try:
-        fh = os.fdopen(fd, "wb", buffering=1 << 20)
-        try:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-            fh.close()
-        except OSError as exc:
-            if not _about(exc, tmp):  # e.g. the source the caller reads, missing: its own error
-                raise
-            raise WriteFailedError(dest, exc) from exc
-        finally:
-            close_quietly(fh)
-        try:
-            os.replace(tmp, dest)
-        except OSError as exc:
-            raise WriteFailedError(dest, exc) from exc
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(dest.parent)
-
-
-def _about(exc, tmp) -> bool:
-    """Whether an OSError raised while writing ``tmp`` is about ``tmp`` (a failed write, a full disk)
-    rather than about another file (one the caller reads) or a message of ours without an errno."""
-    return exc.errno is not None and exc.filename in (None, tmp, str(tmp))
-
-
-def close_quietly(fh):
-    """Close a file that failed, whatever is left in its buffer: its close would flush that buffer and
-    fail again (a full disk), and that second error would replace the first."""
-    if not fh.closed:
-        with contextlib.suppress(OSError):
-            fh.close()
-
-
-def fsync_dir(directory):
-    """Make a rename in ``directory`` durable (best effort: some filesystems refuse a directory fsync)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def write_jsonl(dest, rows) -> int:

@@ -10,9 +10,10 @@ import threading
 import time
 from pathlib import Path
 
+from .atomic import TMP_SUFFIX, atomic_file, close_quietly, fsync_dir, temp_beside
 from .errors import ExportError, OutputIsSourceError, WriteFailedError
 from .gates import check_format
-from .jsonl import TMP_SUFFIX, atomic_file, close_quietly, fsync_dir, sha256_of, splice, temp_beside
+from .jsonl import sha256_of, splice
 from .parallel import append_part
 from .runs import sidecar_path
 

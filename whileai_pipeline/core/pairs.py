@@ -681,7 +681,8 @@ def judge_pairs_file(source, output, judge=None, *, swap=True, concurrency=1, ex
     Returns the judge report plus ``path``, ``n_written``, ``sha256``, ``ties`` (pairs judged a tie) and
     ``first_failure`` (what the judge said or raised on the first pair it could not judge, or None).
     """
-    from .jsonl import atomic_file, dumps_line, iter_jsonl
+    from .atomic import atomic_file
+    from .jsonl import dumps_line, iter_jsonl
 
     judging = PairwiseJudging(judge, swap=swap, examples=examples)
     _check_concurrency(concurrency)
@@ -720,7 +721,8 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
     """
     check_min_margin(min_margin)
     source, output = os.path.expanduser(source), os.path.expanduser(output)
-    from .jsonl import atomic_file, iter_jsonl_spans, require_file
+    from .atomic import atomic_file
+    from .jsonl import iter_jsonl_spans, require_file
     from .output import refuse_source
     from .parallel import WorkerPool, byte_chunks, map_row_spans, workers_for
     from .runs import change_explains_failure, check_unchanged, file_stamp

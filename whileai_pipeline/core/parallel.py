@@ -32,8 +32,9 @@ from pathlib import Path
 
 import orjson
 
+from .atomic import temp_prefix
 from .errors import BadJsonlError, BadRowError, ExportError, WorkerLostError, WriteFailedError
-from .jsonl import _BLANK, long_digit_runs, parse_line, temp_prefix
+from .jsonl import _BLANK, long_digit_runs, parse_line
 from .runs import change_explains_failure, file_stamp
 
 CHUNK_BYTES = 8 << 20
@@ -318,7 +319,7 @@ class PartFiles:
     write the parts: the pool then stops (its running tasks end) before they are removed.
 
     They are named like every temp file beside the output (``.<name>.<pid>.…tmp``), so a crashed
-    run's leftovers are cleaned by the next writer (``jsonl.clean_stale_temps``).
+    run's leftovers are cleaned by the next writer (``atomic.clean_stale_temps``).
     """
 
     def __init__(self, output, kind):

@@ -17,8 +17,9 @@ import shutil
 import dagster as dg
 
 import whileai_pipeline.simulations as wai
+from whileai_pipeline.core.atomic import atomic_file
 from whileai_pipeline.core.errors import BadJsonlError, ExportError, SourceChangedError
-from whileai_pipeline.core.jsonl import _BLANK, atomic_file, dumps_line, parse_line, sha256_file
+from whileai_pipeline.core.jsonl import _BLANK, dumps_line, parse_line, sha256_file
 from whileai_pipeline.core.pairs import build_pairs_file, judge_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
 from whileai_pipeline.core.rows import shape_problem

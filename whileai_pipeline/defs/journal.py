@@ -15,7 +15,8 @@ from pathlib import Path
 
 import orjson
 
-from whileai_pipeline.core.jsonl import fsync_dir, write_json
+from whileai_pipeline.core.atomic import fsync_dir
+from whileai_pipeline.core.jsonl import write_json
 
 SUFFIX = ".journal.json"
 

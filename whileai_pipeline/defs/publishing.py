@@ -28,7 +28,8 @@ import os
 import shutil
 from pathlib import Path
 
-from whileai_pipeline.core.jsonl import fsync_dir, mode_for, sha256_file, write_json
+from whileai_pipeline.core.atomic import fsync_dir, mode_for
+from whileai_pipeline.core.jsonl import sha256_file, write_json
 
 from . import journal
 

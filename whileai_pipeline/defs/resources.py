@@ -33,8 +33,9 @@ from typing import Optional
 import dagster as dg
 from pydantic import Field
 
+from whileai_pipeline.core.atomic import TMP_SUFFIX, atomic_file
 from whileai_pipeline.core.errors import SourceChangedError
-from whileai_pipeline.core.jsonl import TMP_SUFFIX, atomic_file, require_file, sha256_file
+from whileai_pipeline.core.jsonl import require_file, sha256_file
 from whileai_pipeline.core.runs import check_unchanged, file_stamp, sidecar_path
 
 ENV_HOME = "WHILEAI_PIPELINE_HOME"
