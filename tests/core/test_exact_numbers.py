@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 import whileai_pipeline.simulations as wai
 from whileai_pipeline.core import jsonl
-from whileai_pipeline.core.jsonl import dumps, has_long_digit_run, iter_jsonl, long_digit_runs, parse_line, unicode_text
+from whileai_pipeline.core.jsonl import dumps, has_long_digit_run, iter_jsonl, long_digit_runs, parse_line
 from whileai_pipeline.core.parallel import byte_chunks, chunk_rows, line_chunks
+from whileai_pipeline.core.text import unicode_text
 
 BIG = 123456789012345678901234  # orjson alone reads it as 1.2345678901234568e+23
 NEGATIVE = -(2 ** 63) - 1       # 19 digits, one below what a 64-bit integer holds

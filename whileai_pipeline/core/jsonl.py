@@ -18,6 +18,7 @@ import orjson
 
 from .atomic import atomic_file
 from .errors import BadJsonlError, ExportError
+from .text import _unicode_values, unicode_text
 
 _BOM = b"\xef\xbb\xbf"
 _DUMP_OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
@@ -101,16 +102,6 @@ def _plain(value, big_ints=True):
         return orjson.Fragment(int.__repr__(value)) if big_ints else int(value)
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    return value
-
-
-def unicode_text(value: str) -> str:
-    """``value`` with each lone surrogate replaced by U+FFFD, as ``errors="replace"`` does; two
-    surrogates in a row that make a pair become the one character they encode."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return value
 
 
@@ -235,16 +226,6 @@ def lenient_loads_line(line):
     except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return _BLANK
     return _unicode_values(value) if b"\\u" in line else value
-
-
-def _unicode_values(value):
-    if isinstance(value, str):
-        return unicode_text(value)
-    if isinstance(value, dict):
-        return {unicode_text(k): _unicode_values(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_unicode_values(v) for v in value]
-    return value
 
 
 # orjson reads an integer beyond 64 bits (a 24-digit id, a factorial a tool computed) as a float, and

@@ -1,4 +1,5 @@
-"""The few text conversions the spec names: text(x), PYJSON(x), sha1_12, whitespace normalization."""
+"""The few text conversions the spec names: text(x), PYJSON(x), sha1_12, whitespace normalization; and
+``unicode_text``, which makes any str UTF-8 (the JSON writer and both JSON readers need it)."""
 
 import hashlib
 import json
@@ -74,3 +75,23 @@ def lower(value: str) -> str:
 
 
 _LATIN1_LOWER = bytes(ord(chr(c).lower()) for c in range(256))
+
+
+def unicode_text(value: str) -> str:
+    """``value`` with each lone surrogate replaced by U+FFFD, as ``errors="replace"`` does; two
+    surrogates in a row that make a pair become the one character they encode."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return value
+
+
+def _unicode_values(value):
+    if isinstance(value, str):
+        return unicode_text(value)
+    if isinstance(value, dict):
+        return {unicode_text(k): _unicode_values(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unicode_values(v) for v in value]
+    return value
