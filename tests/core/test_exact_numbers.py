@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import whileai_pipeline.simulations as wai
-from whileai_pipeline.core import jsonl
-from whileai_pipeline.core.jsonl import dumps, has_long_digit_run, iter_jsonl, long_digit_runs, parse_line
+from whileai_pipeline.core import exact_numbers, jsonl
+from whileai_pipeline.core.exact_numbers import has_long_digit_run, long_digit_runs
+from whileai_pipeline.core.jsonl import dumps, iter_jsonl, parse_line
 from whileai_pipeline.core.parallel import byte_chunks, chunk_rows, line_chunks
 from whileai_pipeline.core.text import unicode_text
 
@@ -41,7 +42,7 @@ def test_long_digit_runs_finds_what_a_regex_finds(pieces, cut, scan):
     start, end = min(cut[0], len(data)), max(len(data) - cut[1], 0)
     end = max(start, end)
     expected = [start + m.start() for m in re.finditer(rb"[0-9]{19,}", data[start:end])]
-    with mock.patch.object(jsonl, "_SCAN_BYTES", scan):  # blocks as small as a word: runs cross them
+    with mock.patch.object(exact_numbers, "_SCAN_BYTES", scan):  # blocks as small as a word: runs cross them
         assert long_digit_runs(data, start, end) == expected
     assert has_long_digit_run(data) == bool(re.search(rb"[0-9]{19}", data))
 
@@ -52,7 +53,7 @@ def test_long_digit_runs_finds_what_a_regex_finds(pieces, cut, scan):
 def test_digit_words_are_the_words_of_eight_ascii_digits(data, pos):
     """The numpy test (high nibble 3, then each byte xor 0x30 at most 9) against the plain definition,
     with the bytes that share a digit's high nibble or low bits."""
-    from whileai_pipeline.core.jsonl import _digit_words
+    from whileai_pipeline.core.exact_numbers import _digit_words
 
     count = max(len(data) - pos, 0) // 8
     expected = [i for i in range(count) if all(48 <= b <= 57 for b in data[pos + 8 * i:pos + 8 * i + 8])]
@@ -64,7 +65,7 @@ def test_a_run_is_found_however_it_sits_against_the_8_byte_words():
         for length in (18, 19, 20, 27):
             data = b"x" * pad + b"5" * length + b"x" * 9
             assert long_digit_runs(data, 0, len(data)) == ([pad] if length >= 19 else []), (pad, length)
-            big = data + b" " * (jsonl._SMALL_LINE + 8)  # the numpy path of has_long_digit_run
+            big = data + b" " * (exact_numbers._SMALL_LINE + 8)  # the numpy path of has_long_digit_run
             assert has_long_digit_run(big) == (length >= 19)
 
 

@@ -1,5 +1,6 @@
 """JSONL on disk: the one JSON writer (``dumps``), streaming reads with file:line errors, hashing.
 
+Big integers come back with every digit (``exact_numbers``, which also has the strict reads);
 ``write_jsonl`` and ``write_json`` write through ``atomic.atomic_file``, so a reader (or a crash)
 never sees half a file.
 """
@@ -11,13 +12,13 @@ import hashlib
 import json
 import math
 import os
-import threading
 from pathlib import Path
 
 import orjson
 
 from .atomic import atomic_file
 from .errors import BadJsonlError, ExportError
+from .exact_numbers import TOO_DEEP_TO_READ_EXACTLY, exact_numbers
 from .text import _unicode_values, unicode_text
 
 _BOM = b"\xef\xbb\xbf"
@@ -226,156 +227,6 @@ def lenient_loads_line(line):
     except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return _BLANK
     return _unicode_values(value) if b"\\u" in line else value
-
-
-# orjson reads an integer beyond 64 bits (a 24-digit id, a factorial a tool computed) as a float, and
-# says nothing: 123456789012345678901234 comes back as 1.2345678901234568e+23. Python's json keeps it
-# exact. Such a literal is a run of at least 19 digits (2**63 has 19), so a line without one parses
-# the same with both, and a line with one is parsed again by json. A run inside a string, or a long
-# fraction, only costs that second parse.
-LONG_DIGIT_RUN = 19
-TOO_DEEP_TO_READ_EXACTLY = ("nested too deep for Python's json, which reads the line again to keep its "
-                            "integers of 19 or more digits exact")
-_ZEROED_DIGITS = bytes.maketrans(b"0123456789", b"0" * 10)
-_SCAN_BYTES = 1 << 20
-_HIGH_NIBBLES, _ZEROS, _PAST_NINE, _HIGH_BITS = (int.from_bytes(bytes([b]) * 8, "little")
-                                                 for b in (0xF0, 0x30, 0x76, 0x80))  # per byte of a word
-_SMALL_LINE = 12 << 10  # below it bytes.translate (0.55 ns a byte) beats numpy's 7 µs a call
-_scratch = threading.local()
-
-
-def exact_numbers(line, value):
-    """``value``, what orjson read from ``line`` (bytes-like), or ``line`` read again by Python's json
-    when orjson may have turned a big integer into a float."""
-    if not has_long_digit_run(line):
-        return value
-    return json.loads(bytes(line))
-
-
-def strict_loads(text, *, exact=True):
-    """RFC 8259 JSON (DECISIONS 3), as the round-trip gate and the validator read it: ``NaN`` and
-    ``Infinity`` tokens, a number only a float beyond a double can hold (``1e400``) and a lone surrogate
-    escape are refused (``orjson.JSONDecodeError``); an integer of any size is JSON (RFC 8259 sets no
-    limit) and is read with every digit, as Python's json and the reference read it.
-
-    ``exact=False``: a caller that only needs the value's type skips the second read of a text orjson
-    accepted (``strict_line``).
-    """
-    if not exact:
-        try:
-            return orjson.loads(text)
-        except orjson.JSONDecodeError:
-            pass
-    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-    return strict_line(data, exact=exact)[0]
-
-
-def strict_line(data, *, exact=True, long_run=None):
-    """``(value, long_run)``: ``data`` (bytes) read as ``strict_loads`` reads it, and whether it holds a
-    run of 19 digits, the only text that can hold an integer beyond 64 bits (``long_run``: the caller
-    already knows, from one ``long_digit_runs`` over a whole block of lines).
-
-    orjson answers for everything but such a text: it refuses an integer beyond a double and reads one
-    beyond 64 bits as a float, so that text is read again by Python's json.
-    """
-    try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        if not (has_long_digit_run(data) if long_run is None else long_run):
-            raise
-        try:
-            return _strict_json(data), True
-        except (ValueError, RecursionError):
-            pass
-        raise
-    if not exact:
-        return value, None
-    if not (has_long_digit_run(data) if long_run is None else long_run):
-        return value, False
-    try:
-        return json.loads(bytes(data)), True
-    except RecursionError:  # nested deeper than Python's json reads: orjson's reading, floats and all
-        return value, True
-
-
-def _no_constant(token):
-    raise ValueError(f"{token} is not JSON")
-
-
-def _finite_float(literal):
-    value = float(literal)
-    if not math.isfinite(value):
-        raise ValueError(f"{literal[:20]} is beyond a double")
-    return value
-
-
-def _strict_json(data):
-    """Python's json, refusing what orjson refuses but big integers (``strict_loads``)."""
-    value = json.loads(bytes(data), parse_constant=_no_constant, parse_float=_finite_float)
-    if b"\\u" in data and _unicode_values(value) != value:  # a lone surrogate escape: not UTF-8 text
-        raise ValueError("lone surrogate")
-    return value
-
-
-def has_long_digit_run(data) -> bool:
-    """Whether ``data`` (bytes-like) holds ``LONG_DIGIT_RUN`` ASCII digits in a row."""
-    if len(data) < _SMALL_LINE:
-        return bytes(data).translate(_ZEROED_DIGITS).find(b"0" * LONG_DIGIT_RUN) >= 0
-    return bool(long_digit_runs(data, 0, len(data)))
-
-
-def long_digit_runs(buffer, start, end) -> list:
-    """Offsets of the runs of ``LONG_DIGIT_RUN`` or more ASCII digits in ``buffer[start:end]``, in order.
-
-    A run of 15 or more digits fills at least one 8-byte word counted from ``start``. numpy finds
-    those words (``_digit_words``), and only their neighbourhoods are read byte by byte.
-    """
-    runs = []
-    pos = reach = start  # the bytes before ``reach`` belong to a run already measured
-    while pos < end:
-        n = min(_SCAN_BYTES, end - pos)  # a multiple of 8 but at the end: words stay counted from start
-        for word in _digit_words(buffer, pos, n // 8):
-            first = last = pos + 8 * word
-            if first < reach:
-                continue
-            while first > start and 48 <= buffer[first - 1] <= 57:
-                first -= 1
-            while last < end and 48 <= buffer[last] <= 57:
-                last += 1
-            if last - first >= LONG_DIGIT_RUN:
-                runs.append(first)
-            reach = last
-        pos += n
-    return runs
-
-
-def _digit_words(buffer, pos, count) -> list:
-    """Indexes of the 8-byte words at ``pos``, ``pos + 8``, ... (``count`` of them) made of ASCII digits.
-
-    Two passes over the words: those whose bytes all have the high nibble 3 (digits and ``:;<=>?``),
-    then, on those few, the exact test (each byte xor 0x30 is at most 9). Measured over 8 MB chunks
-    of a bench run: 0.09-0.12 ns a byte (about 2 µs a 20 KB row), against 0.13 for a byte-wise numpy
-    test and 0.55 for ``bytes.translate``.
-    """
-    import numpy as np  # noqa: PLC0415 (pandas' own dependency; loaded when a big buffer needs it)
-
-    if count <= 0:
-        return []
-    scratch = getattr(_scratch, "words", None)
-    if scratch is None or len(scratch[0]) < _SCAN_BYTES // 8:  # one per thread, reused: fresh memory page-faults
-        constants = tuple(np.uint64(c) for c in (_HIGH_NIBBLES, _ZEROS, _PAST_NINE, _HIGH_BITS))
-        scratch = _scratch.words = (np.empty(_SCAN_BYTES // 8, np.uint64), np.empty(_SCAN_BYTES // 8, np.bool_),
-                                    constants)
-    high_nibbles, zeros, past_nine, high_bits = scratch[2]
-    words = np.frombuffer(buffer, np.uint64, count, pos)
-    nibbles, same = scratch[0][:count], scratch[1][:count]
-    np.bitwise_and(words, high_nibbles, out=nibbles)
-    np.equal(nibbles, zeros, out=same)
-    maybe = same.nonzero()[0]
-    if not maybe.size:
-        return []
-    low = words[maybe] ^ zeros  # a digit becomes 0..9, anything else 10 or more
-    return maybe[((low | (low + past_nine)) & high_bits) == 0].tolist()
 
 
 def iter_jsonl_lines(path, hasher=None):

@@ -48,7 +48,7 @@ or a string in another) is a warning: ``datasets.load_dataset`` gives the path o
 value the template renders (``7`` loads as ``7.0``; ``"null"`` as ``None``), see ``datasets_types``; so
 is an integer no int64 holds (``datasets_big_int``: it loads as a float or ``inf``), an error where the
 path also holds other kinds of value and the loader refuses the file. Lines are read as the exporter
-reads them (``jsonl.strict_line``): an integer of any size is JSON, in both formats.
+reads them (``exact_numbers.strict_line``): an integer of any size is JSON, in both formats.
 
 In the openai format, row keys beyond what the format defines (``loss_mask``, ``reward``, ``lineage``...)
 are reported once per key as a warning (``extra_keys``): OpenAI's per-line schema has only ``messages``,
@@ -77,8 +77,8 @@ from pathlib import Path
 import orjson
 
 from .datasets_types import ColumnKinds, json_type
+from .exact_numbers import has_long_digit_run, long_digit_runs, strict_line, strict_loads
 from .exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from .jsonl import has_long_digit_run, long_digit_runs, strict_line, strict_loads
 
 FORMATS = ("openai", "trl")
 ROLES = ("system", "user", "assistant", "tool")
@@ -824,7 +824,7 @@ _BLOCK = 8 << 20
 
 def _lines_with_runs(fh):
     """``(raw line, whether it holds 19 digits in a row)`` for every line of a file. The digit runs are
-    found once per 8 MB block (``jsonl.long_digit_runs``, about 0.1 ns a byte), not once per line (about
+    found once per 8 MB block (``exact_numbers.long_digit_runs``, about 0.1 ns a byte), not once per line (about
     13 µs a 20 KB line, nearly all of it the cost of a call); blocks are not copied together, only the
     line that straddles two of them is."""
     rest = b""

@@ -799,7 +799,8 @@ def _pair_lines(source, jobs):
     20 KB row), parsed as it comes; a line orjson refuses as it stands (a BOM, NaN tokens) goes
     through ``parse_line`` as in pass 1.
     """
-    from .jsonl import dumps_line, exact_numbers, parse_line
+    from .exact_numbers import exact_numbers
+    from .jsonl import dumps_line, parse_line
 
     fd = os.open(source, os.O_RDONLY)
     try:

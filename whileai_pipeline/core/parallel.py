@@ -34,7 +34,8 @@ import orjson
 
 from .atomic import temp_prefix
 from .errors import BadJsonlError, BadRowError, ExportError, WorkerLostError, WriteFailedError
-from .jsonl import _BLANK, long_digit_runs, parse_line
+from .exact_numbers import long_digit_runs
+from .jsonl import _BLANK, parse_line
 from .runs import change_explains_failure, file_stamp
 
 CHUNK_BYTES = 8 << 20
@@ -205,7 +206,7 @@ def chunk_rows(path, chunk):
     23 against 27.5 µs a 20 KB row for read + split + parse). A line orjson refuses as it stands
     (a BOM, a blank line, a bad line) goes through ``parse_line``, which gives the value or the error
     the one-process path gives; a line orjson accepts as it stands parses to the same value there. A
-    line with a run of 19 digits is read again by Python's json, as there (``jsonl.exact_numbers``).
+    line with a run of 19 digits is read again by Python's json, as there (``exact_numbers``).
     """
     counted = chunk.first_line is not None
     if chunk.end <= chunk.start:

@@ -11,8 +11,9 @@ from collections import deque
 import orjson
 
 from .errors import ExportError
-from .jsonl import LONG_DIGIT_RUN, dumps, dumps_reusing, jsonable
-from .jsonl import strict_loads as jsonl_strict_loads
+from .exact_numbers import LONG_DIGIT_RUN
+from .exact_numbers import strict_loads as exact_numbers_strict_loads
+from .jsonl import dumps, dumps_reusing, jsonable
 from .text import pyjson, text
 
 DECODE_PASSES = 3
@@ -23,12 +24,12 @@ _THINK = re.compile(r"<think>.*?</think>\s*", re.IGNORECASE | re.DOTALL)
 
 def strict_loads(value: str):
     """RFC 8259 JSON, what the round-trip gate accepts (DECISIONS 3): ``NaN``/``Infinity`` are not JSON,
-    an integer of any size is (``jsonl.strict_loads``; the gate needs only the value's type). orjson
+    an integer of any size is (``exact_numbers.strict_loads``; the gate needs only the value's type). orjson
     alone answers for nearly every text: the gate calls this for every tool call."""
     try:
         return orjson.loads(value)
     except orjson.JSONDecodeError:
-        return jsonl_strict_loads(value, exact=False)
+        return exact_numbers_strict_loads(value, exact=False)
 
 
 def lenient_loads(value: str):
