@@ -111,7 +111,7 @@ def step(name, work, run, workers):
         _sidecar(run, work / "pairs.jsonl")
         return {"pairs": report["pairs"], "prompts_seen": report["prompts_seen"]}
     if name == "judge":
-        from whileai_pipeline.core.pairs import judge_pairs_file
+        from whileai_pipeline.core.judge import judge_pairs_file
 
         report = judge_pairs_file(work / "pairs.jsonl", work / "judged.jsonl", length_judge)
         return {"n": report["n"], "ties": report["ties"]}

@@ -13,8 +13,9 @@ from .core.export import (export_dataset, export_datasets, export_preference, ex
                           iter_training_rows, training_rows)
 from .core.gates import FORMATS as EXPORT_FORMATS, leak_report, scrub, tool_call_roundtrip
 from .core.jsonl import read_jsonl, write_jsonl
+from .core.judge import judge_pairs
 from .core.masks import MASK_MODES, loss_mask
-from .core.pairs import build_preference_pairs, judge_pairs
+from .core.pairs import build_preference_pairs
 from .core.runs import Profile, Run, load_run, sidecar_path
 from .core.trl import to_trl
 

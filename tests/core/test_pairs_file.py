@@ -85,7 +85,7 @@ def test_rows_read_back_for_pass_two_whatever_surrounds_them(tmp_path, monkeypat
 def test_judging_a_pairs_file_equals_judging_the_list(tmp_path):
     """judge_pairs_file (a pair at a time, what the pipeline runs) gives the pairs and the report of
     judge_pairs over the whole list, and may write over its source."""
-    from whileai_pipeline.core.pairs import judge_pairs_file
+    from whileai_pipeline.core.judge import judge_pairs_file
 
     rows = [{"prompt": f"task {i % 9}", "reward": i % 2, "final_text": "x" * (i % 7)} for i in range(120)]
     src = tmp_path / "scored.jsonl"
@@ -199,7 +199,7 @@ def test_the_judge_is_asked_about_several_pairs_at_once_and_the_results_keep_the
         assert most[0] == 1 if concurrency == 1 else most[0] > 1
     assert results[1] == results[4] == results[8]
     write_jsonl(tmp_path / "pairs.jsonl", pairs)
-    from whileai_pipeline.core.pairs import judge_pairs_file
+    from whileai_pipeline.core.judge import judge_pairs_file
     one = judge_pairs_file(tmp_path / "pairs.jsonl", tmp_path / "one.jsonl", judge)
     four = judge_pairs_file(tmp_path / "pairs.jsonl", tmp_path / "four.jsonl", judge, concurrency=4)
     assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "four.jsonl").read_bytes()

@@ -155,7 +155,7 @@ def test_output_that_is_the_sources_sidecar(tmp_path):
 
 def test_an_error_reading_the_source_is_not_a_failure_to_write_the_output(tmp_path):
     """atomic_file turned every OSError in its block into write_failed for the output."""
-    from whileai_pipeline.core.pairs import judge_pairs_file
+    from whileai_pipeline.core.judge import judge_pairs_file
 
     missing = tmp_path / "missing.jsonl"
     out = tmp_path / "out.jsonl"

@@ -1,4 +1,4 @@
-"""Preference pairs from scored rollouts (spec 8.2, 8.4) and a pairwise judge over them (8.5).
+"""Preference pairs from scored rollouts (spec 8.2, 8.4); the pairwise judge over them (8.5) is ``judge``.
 
 Pair selection works on per-row summaries (score, prompt key, reply length, first-turn digest), so
 the same plan can be made over a file without holding its rows; ``build_preference_pairs`` then
@@ -15,7 +15,6 @@ import itertools
 import json
 import math
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,9 +28,6 @@ from .progress import tick
 from .text import normalize, text
 
 MIN_MARGIN_ERROR = "min_margin must be positive; equal scores carry no preference"
-POSITION_FLIP_FLAG = 0.2
-PREFERS_REJECTED_FLAG = 0.2
-PROMPT_CUT, ERROR_CUT = 160, 200
 LENGTH_CONFOUND_MIN_PAIRS, LENGTH_CONFOUND_SHARE, LENGTH_CONFOUND_ALL_FROM = 8, 0.75, 3
 
 
@@ -484,229 +480,6 @@ def _check_rows(rows):
         raise ExportError(f"build_preference_pairs takes rows, got {type(rows).__name__}"
                           + (" (one row?): pass a list of rows" if isinstance(rows, dict) else
                              ": pass a list of row dicts, or read_jsonl(path) for a JSONL run"))
-
-
-# ---------------------------------------------------------------- pairwise judge
-
-_WINNER = re.compile(r'winner"?\s*:\s*"?(a|b|tie)', re.IGNORECASE)  # the reference's: a colon, no word end
-_WINNERS = {"a": "A", "b": "B", "tie": "tie"}
-
-
-def parse_verdict(answer):
-    """(winner "A" | "B" | "tie" | None, reason) from whatever the judge returned."""
-    if isinstance(answer, dict):
-        winner = answer.get("winner")
-        winner = _WINNERS.get(winner.strip().lower()) if isinstance(winner, str) else None
-        return winner, answer.get("reason")
-    if isinstance(answer, str):
-        start, end = answer.find("{"), answer.rfind("}")
-        if 0 <= start < end:
-            try:
-                parsed = json.loads(answer[start:end + 1])
-            except ValueError:
-                parsed = None
-            if isinstance(parsed, dict):
-                winner, reason = parse_verdict(parsed)
-                if winner is not None:
-                    return winner, reason
-        match = _WINNER.search(answer)
-        return (_WINNERS[match.group(1).lower()] if match else None), None
-    return None, "judge returned neither a dict nor a string"
-
-
-def _ask(judge, a, b):
-    """(winner, reason, what the judge returned): the last only for saying why a judgment failed."""
-    try:
-        answer = judge(a, b)
-    except Exception as exc:  # a crashing judge is a failed judgment, not a failed run
-        return None, f"{type(exc).__name__}: {exc}"[:ERROR_CUT], None
-    winner, reason = parse_verdict(answer)
-    return winner, reason, answer
-
-
-def _judge_name(judge):
-    return getattr(judge, "__name__", None) or type(judge).__name__
-
-
-def judge_pairs(pairs, judge=None, *, spec=None, swap=True, concurrency=8, api_key=None, examples=10,
-                position_flip_flag=POSITION_FLIP_FLAG, prefers_rejected_flag=PREFERS_REJECTED_FLAG):
-    """Ask a pairwise judge (a plain callable ``judge(a_row, b_row)``) about each pair, in both orders.
-
-    Writes ``pairwise`` and ``tie`` onto each pair in place; an answer that flips with the order is a
-    tie. Up to ``concurrency`` pairs are asked at once (spec 8.5; a judge is usually a remote model);
-    results are recorded in order. Returns (pairs, report). ``spec`` and ``api_key`` are the reference's
-    (a judge model it calls itself), taken and unused: this library makes no network calls.
-    """
-    judging = PairwiseJudging(judge, swap=swap, examples=examples)
-    entries = [p for p in pairs if isinstance(p, dict)]
-    bad = [i for i, p in enumerate(entries) if not is_pair(p)]
-    if bad:
-        raise ValueError(f"{len(bad)} entries are not pairs (need chosen/rejected rows); first at {bad[0]} (index "
-                         "of the pairs given): build pairs with build_preference_pairs, or leave those entries out")
-    for pair, answers in _asked(judging, entries, concurrency):
-        judging.record(pair, answers)
-    return entries, judging.report(position_flip_flag, prefers_rejected_flag)
-
-
-def _asked(judging, pairs, concurrency):
-    """``(pair, judging.ask(pair))`` in order, with up to ``concurrency`` pairs asked at once and no more
-    than twice that many waiting, so a streamed pairs file stays streamed."""
-    concurrency = _check_concurrency(concurrency)
-    if concurrency == 1:
-        for pair in pairs:
-            yield pair, judging.ask(pair)
-        return
-    from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(concurrency, thread_name_prefix="judge") as pool:
-        waiting = deque()
-        for pair in pairs:
-            waiting.append((pair, pool.submit(judging.ask, pair)))
-            if len(waiting) >= 2 * concurrency:
-                pair, answers = waiting.popleft()
-                yield pair, answers.result()
-        while waiting:
-            pair, answers = waiting.popleft()
-            yield pair, answers.result()
-
-
-def _check_concurrency(concurrency) -> int:
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise ValueError(f"concurrency must be a whole number of at least 1, got {concurrency!r}: how many "
-                         "pairs the judge is asked about at once (1 for a judge that keeps state)")
-    return concurrency
-
-
-def is_pair(entry):
-    return isinstance(entry.get("chosen"), dict) and isinstance(entry.get("rejected"), dict)
-
-
-class PairwiseJudging:
-    """``judge_pairs`` one pair at a time: ``ask`` gets the judge's answers (from any thread),
-    ``record`` writes them onto the pair and counts them, in order; ``report`` sums up. The pipeline
-    streams a pairs file through it, so memory does not grow with the pairs."""
-
-    def __init__(self, judge, *, swap=True, examples=10):
-        if judge is None or not callable(judge):
-            raise ValueError("judge_pairs needs a judge: a callable judge(a_row, b_row) returning "
-                             "{'winner': 'A'|'B'|'tie', 'reason': ...}; this library makes no network calls")
-        self.judge, self.swap, self.examples = judge, swap, examples
-        self.name = _judge_name(judge)
-        self.n = self.judged = self.failed = self.flips = self.both_swapped = 0
-        self.ties = self.agrees = self.prefers_rejected = 0
-        self.disagreements = []
-        self.first_failure = None  # why the first pair the judge could not judge was not judged
-
-    def ask(self, pair):
-        """The judge's answers about one pair (both orders unless ``swap`` is off), parsed; changes
-        nothing, so pairs can be asked at once."""
-        answers = [_ask(self.judge, pair["chosen"], pair["rejected"])]
-        if self.swap:
-            answers.append(_ask(self.judge, pair["rejected"], pair["chosen"]))
-        return answers
-
-    def record(self, pair, answers):
-        """Write ``pairwise`` and ``tie`` onto ``pair`` from its ``ask`` answers, and count them."""
-        self.n += 1
-        first, reason1, answer1 = answers[0]
-        first = {"A": "chosen", "B": "rejected", "tie": "tie"}.get(first)
-        asked = [(reason1, answer1)]
-        second = None
-        if self.swap:
-            second, reason2, answer2 = answers[1]
-            second = {"A": "rejected", "B": "chosen", "tie": "tie"}.get(second)
-            asked.append((reason2, answer2))
-        reasons = [text(r) for r, _ in asked if r]  # the reference's: given reasons only, as text
-        consistent = None
-        if first is None or second is None:
-            winner = first if first is not None else second
-        else:
-            self.both_swapped += 1
-            consistent = first == second
-            winner = first if consistent else "tie"
-            self.flips += not consistent
-        pair["pairwise"] = {"winner": winner, "position_consistent": consistent, "swapped": bool(self.swap),
-                            "reasons": reasons, "judge": self.name}
-        pair["tie"] = winner == "tie"
-        if winner is None:
-            self.failed += 1
-            self.first_failure = self.first_failure or "; ".join(dict.fromkeys(
-                text(r) if r else f"no winner in {a!r}"[:ERROR_CUT] for r, a in asked)) or "no verdict"
-            return
-        self.judged += 1
-        self.ties += winner == "tie"
-        self.agrees += winner == "chosen"
-        if winner == "rejected":
-            self.prefers_rejected += 1
-            if len(self.disagreements) < self.examples:
-                self.disagreements.append({
-                    "prompt": text(pair.get("prompt") or "")[:PROMPT_CUT],
-                    "chosen_score": pair.get("chosen_score"),
-                    "rejected_score": pair.get("rejected_score"),
-                    "reasons": reasons,
-                })
-
-    def report(self, position_flip_flag=POSITION_FLIP_FLAG, prefers_rejected_flag=PREFERS_REJECTED_FLAG):
-        judged, flips, both_swapped = self.judged, self.flips, self.both_swapped
-        flip_rate = round(flips / both_swapped, 4) if both_swapped else None
-        warnings = []
-        if flip_rate is not None and flip_rate >= position_flip_flag:
-            warnings.append(f"position bias: the judge changed its answer when A and B were swapped in "
-                            f"{flips}/{both_swapped} pairs; those pairs are ties, and the judge prompt needs work")
-        if judged and self.prefers_rejected / judged >= prefers_rejected_flag:
-            warnings.append(f"the pairwise judge prefers the rejected side in {self.prefers_rejected}/{judged} "
-                            "pairs; the pointwise scores and the pairwise judge disagree on what good is")
-        return {
-            "n": self.n,
-            "n_judged": judged,
-            "failed": self.failed,
-            "judge": self.name,
-            "swap": bool(self.swap),
-            "position_flip_rate": flip_rate,
-            "tie_rate": round(self.ties / judged, 4) if judged else None,
-            "agrees_with_scores": round(self.agrees / judged, 4) if judged else None,
-            "prefers_rejected": self.prefers_rejected,
-            "disagreements": self.disagreements,
-            "warnings": warnings,
-        }
-
-
-def judge_pairs_file(source, output, judge=None, *, swap=True, concurrency=1, examples=10,
-                     position_flip_flag=POSITION_FLIP_FLAG, prefers_rejected_flag=PREFERS_REJECTED_FLAG):
-    """``judge_pairs`` from a pairs file to a pairs file, a few pairs at a time: memory does not grow with
-    the pairs. ``output`` may be ``source`` (it is replaced whole once every pair is judged).
-    ``concurrency`` is 1 here by default: the pipeline's judge is a user's callable, which may keep state.
-
-    Returns the judge report plus ``path``, ``n_written``, ``sha256``, ``ties`` (pairs judged a tie) and
-    ``first_failure`` (what the judge said or raised on the first pair it could not judge, or None).
-    """
-    from .atomic import atomic_file
-    from .jsonl import dumps_line, iter_jsonl
-
-    judging = PairwiseJudging(judge, swap=swap, examples=examples)
-    _check_concurrency(concurrency)
-    digest = hashlib.sha256()
-
-    def entries():
-        for lineno, entry in iter_jsonl(source):
-            if not isinstance(entry, dict):
-                continue  # judge_pairs leaves such entries out too
-            if not is_pair(entry):
-                raise ValueError(f"{source}:{lineno} is not a pair (need chosen/rejected rows); build pairs with "
-                                 "build_pairs_file or build_preference_pairs")
-            yield entry
-
-    with atomic_file(output) as out:
-        for entry, answers in _asked(judging, entries(), concurrency):
-            judging.record(entry, answers)
-            line = dumps_line(entry)
-            digest.update(line)
-            out.write(line)
-    report = judging.report(position_flip_flag, prefers_rejected_flag)
-    report.update(path=str(output), n_written=judging.n, sha256=digest.hexdigest(), ties=judging.ties,
-                  first_failure=judging.first_failure)
-    return report
 
 
 def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True, progress=None,

@@ -20,7 +20,8 @@ import whileai_pipeline.simulations as wai
 from whileai_pipeline.core.atomic import atomic_file
 from whileai_pipeline.core.errors import BadJsonlError, ExportError, SourceChangedError
 from whileai_pipeline.core.jsonl import _BLANK, dumps_line, parse_line, sha256_file
-from whileai_pipeline.core.pairs import build_pairs_file, judge_pairs_file
+from whileai_pipeline.core.judge import judge_pairs_file
+from whileai_pipeline.core.pairs import build_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
 from whileai_pipeline.core.rows import shape_problem
 from whileai_pipeline.core.runs import read_sidecar_file
