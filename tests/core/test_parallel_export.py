@@ -380,7 +380,7 @@ def test_a_failed_splice_leaves_no_thread_and_no_file(tmp_path, monkeypatch):
     ended with the export and nothing is published."""
     import threading
 
-    from whileai_pipeline.core import output
+    from whileai_pipeline.core import spool
 
     src = _run(tmp_path / "run.jsonl", bad_arguments=False)
     monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
@@ -388,7 +388,7 @@ def test_a_failed_splice_leaves_no_thread_and_no_file(tmp_path, monkeypatch):
     def disk_full(self, part, suffixes):
         raise wai.WriteFailedError(self.dest, OSError(28, "No space left on device"))
 
-    monkeypatch.setattr(output.Spool, "splice_part", disk_full)
+    monkeypatch.setattr(spool.Spool, "splice_part", disk_full)
     before = set(threading.enumerate())
     with pytest.raises(wai.WriteFailedError):
         wai.export_dataset(src, tmp_path / "out.jsonl", workers=2, validate=False)
@@ -399,11 +399,11 @@ def test_a_failed_splice_leaves_no_thread_and_no_file(tmp_path, monkeypatch):
 def test_the_output_is_flushed_while_the_splice_writes_it(tmp_path, monkeypatch):
     """``EarlyWriteback``: a pooled export fdatasyncs its output during the splice, every
     ``WRITEBACK_STEP`` bytes, so the disk does not start only at the final fsync. Same bytes."""
-    from whileai_pipeline.core import output
+    from whileai_pipeline.core import spool
 
     src = _run(tmp_path / "run.jsonl", n=400, bad_arguments=False)
     monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
-    monkeypatch.setattr(output, "WRITEBACK_STEP", 16 << 10)
+    monkeypatch.setattr(spool, "WRITEBACK_STEP", 16 << 10)
     events = []
     real_fdatasync, real_fsync = os.fdatasync, os.fsync
 
@@ -429,11 +429,11 @@ def test_the_output_is_flushed_while_the_splice_writes_it(tmp_path, monkeypatch)
 def test_a_failed_early_flush_publishes_nothing(tmp_path, monkeypatch):
     """A flush that fails (a disk error) fails the export like a failed write: nothing is published,
     the previous file stays, and no temp file is left."""
-    from whileai_pipeline.core import output
+    from whileai_pipeline.core import spool
 
     src = _run(tmp_path / "run.jsonl", n=400, bad_arguments=False)
     monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
-    monkeypatch.setattr(output, "WRITEBACK_STEP", 16 << 10)
+    monkeypatch.setattr(spool, "WRITEBACK_STEP", 16 << 10)
 
     def failing(fd):
         raise OSError(5, "Input/output error")
@@ -448,12 +448,12 @@ def test_a_failed_early_flush_publishes_nothing(tmp_path, monkeypatch):
 
 def test_without_fdatasync_or_sched_getaffinity_an_export_still_runs_over_workers(tmp_path, monkeypatch):
     """macOS has neither: the early flush falls back to fsync, the worker count to cpu_count."""
-    from whileai_pipeline.core import output
+    from whileai_pipeline.core import spool
 
     src = _run(tmp_path / "run.jsonl", n=400, bad_arguments=False)
     monkeypatch.setattr(parallel, "CHUNK_BYTES", 4096)
     monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 1)
-    monkeypatch.setattr(output, "WRITEBACK_STEP", 16 << 10)
+    monkeypatch.setattr(spool, "WRITEBACK_STEP", 16 << 10)
     monkeypatch.delattr(os, "fdatasync")
     monkeypatch.delattr(os, "sched_getaffinity")
     monkeypatch.setattr(os, "cpu_count", lambda: 2)

@@ -8,7 +8,7 @@ import orjson
 from hypothesis import given, settings, strategies as st
 
 from whileai_pipeline.core.jsonl import splice
-from whileai_pipeline.core.output import spool_line, splice_file, writev_all
+from whileai_pipeline.core.spool import spool_line, splice_file, writev_all
 
 BODY = st.dictionaries(st.text(max_size=6), st.text(max_size=40), max_size=4).map(orjson.dumps)
 SUFFIX = st.one_of(st.just(b""), st.integers(0, 10 ** 6).map(lambda k: b',"k":%d' % k))
@@ -46,7 +46,7 @@ def test_writev_all_writes_more_pieces_than_one_call_takes(tmp_path):
 def test_trailing_hash_equals_the_hash_of_the_whole_file(tmp_path):
     import hashlib
 
-    from whileai_pipeline.core.output import TrailingHash
+    from whileai_pipeline.core.spool import TrailingHash
 
     path = tmp_path / "growing"
     path.write_bytes(b"")
@@ -66,7 +66,7 @@ def test_trailing_hash_equals_the_hash_of_the_whole_file(tmp_path):
 def test_trailing_hash_stops_and_reports_a_short_file(tmp_path):
     import pytest
 
-    from whileai_pipeline.core.output import TrailingHash
+    from whileai_pipeline.core.spool import TrailingHash
 
     import threading
 

@@ -6,7 +6,7 @@ import os
 import pytest
 
 import whileai_pipeline.simulations as wai
-from whileai_pipeline.core import output as output_mod
+from whileai_pipeline.core import spool as spool_mod
 
 from .cases import CASES, GOOD_LINE
 
@@ -80,7 +80,7 @@ def test_output_dir_not_writable(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(output_mod, "temp_beside", refuse)
+    monkeypatch.setattr(spool_mod, "temp_beside", refuse)
     with pytest.raises(wai.WriteFailedError, match="^write_failed: .*Permission denied"):
         wai.export_dataset(run, tmp_path / "out.jsonl")
     assert _listing(tmp_path) == ["run.jsonl"]
@@ -91,7 +91,7 @@ def test_disk_full_mid_write_keeps_previous_export(tmp_path, monkeypatch):
     run.write_bytes(GOOD_LINE * 50)
     out = tmp_path / "out.jsonl"
     out.write_bytes(b"previous export\n")
-    real_write = output_mod.Spool._write
+    real_write = spool_mod.Spool._write
     calls = {"n": 0}
 
     def full(self, *args):
@@ -100,7 +100,7 @@ def test_disk_full_mid_write_keeps_previous_export(tmp_path, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(self, *args)
 
-    monkeypatch.setattr(output_mod.Spool, "_write", full)
+    monkeypatch.setattr(spool_mod.Spool, "_write", full)
     with pytest.raises(wai.WriteFailedError, match="^write_failed: .*No space left on device"):
         wai.export_dataset(run, out)
     assert out.read_bytes() == b"previous export\n"

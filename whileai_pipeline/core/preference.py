@@ -16,11 +16,12 @@ from .gates import (
     scrub,
 )
 from .jsonl import dumps, dumps_reusing
-from .output import Spool, check_outputs, destination, published_one_of, refuse_source, with_elapsed
+from .output import check_outputs, destination, published_one_of, refuse_source, with_elapsed
 from .pairs import first_turn_note, length_note
 from .progress import tick
 from .rows import SchemaCheck, preference_problems, stamp
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
+from .spool import Spool
 from .trl import trl_preference_row
 from .wire import ObjectTexts, has_tool_calls, to_wire
 

@@ -31,10 +31,11 @@ from .gates import (
 from .groups import GroupStats, row_summary, verdict
 from .jsonl import _BLANK, dumps, dumps_reusing, iter_jsonl, iter_jsonl_lines
 from .masks import check_mask_mode
-from .output import Spool, check_outputs, destination, published_one_of, refuse_source, spool_line, with_elapsed
+from .output import check_outputs, destination, published_one_of, refuse_source, with_elapsed
 from .progress import tick
 from .rows import SchemaCheck, convert_row, training_problems
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
+from .spool import Spool, spool_line
 from .trl import (
     TRL_LOSS_COMPLETION,
     TRL_LOSS_MESSAGES,
