@@ -13,7 +13,7 @@ import threading
 
 import orjson
 
-from .text import _unicode_values
+from .text import unicode_values
 
 # orjson reads an integer beyond 64 bits (a 24-digit id, a factorial a tool computed) as a float, and
 # says nothing: 123456789012345678901234 comes back as 1.2345678901234568e+23. Python's json keeps it
@@ -99,7 +99,7 @@ def _finite_float(literal):
 def _strict_json(data):
     """Python's json, refusing what orjson refuses but big integers (``strict_loads``)."""
     value = json.loads(bytes(data), parse_constant=_no_constant, parse_float=_finite_float)
-    if b"\\u" in data and _unicode_values(value) != value:  # a lone surrogate escape: not UTF-8 text
+    if b"\\u" in data and unicode_values(value) != value:  # a lone surrogate escape: not UTF-8 text
         raise ValueError("lone surrogate")
     return value
 

@@ -19,7 +19,7 @@ import orjson
 from .atomic import atomic_file
 from .errors import BadJsonlError, ExportError
 from .exact_numbers import TOO_DEEP_TO_READ_EXACTLY, exact_numbers
-from .text import _unicode_values, unicode_text
+from .text import unicode_values, unicode_text
 
 _BOM = b"\xef\xbb\xbf"
 _DUMP_OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
@@ -226,7 +226,7 @@ def lenient_loads_line(line):
         value = json.loads(line.decode("utf-8"))
     except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return _BLANK
-    return _unicode_values(value) if b"\\u" in line else value
+    return unicode_values(value) if b"\\u" in line else value
 
 
 def iter_jsonl_lines(path, hasher=None):

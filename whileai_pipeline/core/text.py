@@ -87,11 +87,13 @@ def unicode_text(value: str) -> str:
     return value
 
 
-def _unicode_values(value):
+def unicode_values(value):
+    """``value`` (what JSON reads to) with every string, keys included, made ``unicode_text``: two readers
+    use it, so it is public here."""
     if isinstance(value, str):
         return unicode_text(value)
     if isinstance(value, dict):
-        return {unicode_text(k): _unicode_values(v) for k, v in value.items()}
+        return {unicode_text(k): unicode_values(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_unicode_values(v) for v in value]
+        return [unicode_values(v) for v in value]
     return value
