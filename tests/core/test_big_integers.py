@@ -10,6 +10,7 @@ import json
 import pytest
 
 import whileai_pipeline.simulations as wai
+from whileai_pipeline.core import exact_numbers
 from whileai_pipeline.core.datasets_types import ColumnKinds
 from whileai_pipeline.core.openai_format import validate_file
 from whileai_pipeline.core.wire import arguments_are_structured, strict_loads
@@ -128,12 +129,10 @@ def test_the_gate_reads_an_integer_of_any_size_exactly():
 
 @pytest.mark.parametrize("block", [7, 64, 1 << 20])
 def test_lines_and_their_digit_runs_are_found_across_blocks(tmp_path, monkeypatch, block):
-    from whileai_pipeline.core import openai_format
-
-    monkeypatch.setattr(openai_format, "_BLOCK", block)
+    monkeypatch.setattr(exact_numbers, "READ_BLOCK", block)
     lines = [b'{"a":1}\n', b'{"id":' + str(BIG).encode() + b"}\n", b"\n", b'{"t":"' + b"9" * 18 + b'"}\n',
              b'{"n":' + str(HUGE).encode() + b"}"]  # no newline at the end
     path = tmp_path / "lines.jsonl"
     path.write_bytes(b"".join(lines))
     with open(path, "rb") as fh:
-        assert list(openai_format._lines_with_runs(fh)) == list(zip(lines, [False, True, False, False, True]))
+        assert list(exact_numbers.lines_with_runs(fh)) == list(zip(lines, [False, True, False, False, True]))

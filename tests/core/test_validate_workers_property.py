@@ -13,7 +13,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from whileai_pipeline.core import openai_format, parallel
+from whileai_pipeline.core import exact_numbers, parallel
 from whileai_pipeline.core.openai_format import validate_file
 
 INT64 = (-2**63, 2**63 - 1)
@@ -89,7 +89,7 @@ def _big_int_paths(lines):
 def test_workers_and_blocks_give_the_one_process_report(tmp_path_factory, monkeypatch, lines, fmt, chunk, block,
                                                         bom, last_newline):
     monkeypatch.setattr(parallel, "CHUNK_BYTES", chunk)
-    monkeypatch.setattr(openai_format, "_BLOCK", block)
+    monkeypatch.setattr(exact_numbers, "READ_BLOCK", block)
     raw = [_line(kind, number) for kind, number in lines]
     path = tmp_path_factory.mktemp("validate") / "mixed.jsonl"
     path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + b"\n".join(raw) + (b"\n" if last_newline else b""))

@@ -18,7 +18,7 @@ import orjson
 
 from .atomic import atomic_file
 from .errors import BadJsonlError, ExportError
-from .exact_numbers import TOO_DEEP_TO_READ_EXACTLY, exact_numbers
+from .exact_numbers import TOO_DEEP_TO_READ_EXACTLY, exact_numbers, lines_with_runs
 from .text import unicode_values, unicode_text
 
 _BOM = b"\xef\xbb\xbf"
@@ -175,13 +175,14 @@ def read_jsonl(path):
 _BLANK = object()
 
 
-def parse_line(path, lineno, line, *, starts_file=None):
+def parse_line(path, lineno, line, *, starts_file=None, long_run=None):
     """The JSON value of one raw line, or ``_BLANK`` for a blank one.
 
     A UTF-8 BOM on the file's first line and surrounding whitespace (CRLF included) are dropped;
     anything else that is not one JSON value raises ``BadJsonlError`` naming ``path:lineno``.
     ``starts_file`` says whether the line is the file's first (default: ``lineno == 1``), for a
-    reader that knows where the line is but not its number.
+    reader that knows where the line is but not its number. ``long_run``: whether the line holds 19
+    digits in a row, when the reader already knows (``exact_numbers.lines_with_runs``).
     """
     if (lineno == 1 if starts_file is None else starts_file) and line.startswith(_BOM):
         line = line[len(_BOM):]
@@ -199,7 +200,7 @@ def parse_line(path, lineno, line, *, starts_file=None):
             raise BadJsonlError(path, lineno, _reason(exc, line)) from None
         return value
     try:
-        return exact_numbers(line, value)
+        return exact_numbers(line, value, long_run)
     except RecursionError:
         raise BadJsonlError(path, lineno, TOO_DEEP_TO_READ_EXACTLY) from None
 
@@ -240,10 +241,10 @@ def iter_jsonl_lines(path, hasher=None):
         require_file(Path(path).expanduser(), "run file", "check the path, or pass rows instead")
         raise
     with fh:
-        for lineno, line in enumerate(fh, 1):
+        for lineno, (line, long_run) in enumerate(lines_with_runs(fh), 1):
             if hasher is not None:
                 hasher.update(line)
-            yield lineno, line, parse_line(path, lineno, line)
+            yield lineno, line, parse_line(path, lineno, line, long_run=long_run)
 
 
 def iter_jsonl(path, hasher=None):

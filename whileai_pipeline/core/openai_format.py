@@ -77,7 +77,7 @@ from pathlib import Path
 import orjson
 
 from .datasets_types import ColumnKinds, json_type
-from .exact_numbers import has_long_digit_run, long_digit_runs, strict_line, strict_loads
+from .exact_numbers import lines_with_runs, split_with_runs, strict_line, strict_loads
 from .exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 FORMATS = ("openai", "trl")
@@ -792,7 +792,7 @@ def validate_file(path, format="openai", *, max_problems=50, strict_keys=False, 
     n = workers_for(path, workers)
     if n == 1:
         with open(path, "rb") as fh:
-            for line_no, (raw, long_run) in enumerate(_lines_with_runs(fh), 1):
+            for line_no, (raw, long_run) in enumerate(lines_with_runs(fh), 1):
                 report.replay(line_no, _line_findings(line_no, raw, format, strict_keys, report.extra_keys,
                                                       report.kinds, long_run))
         return report.finish(path)
@@ -815,49 +815,8 @@ def _validate_chunk(path, chunk, format, strict_keys):
         fh.seek(chunk.start)
         data = fh.read(chunk.end - chunk.start)
     findings = [(line_no, _line_findings(line_no, raw, format, strict_keys, extra_keys, kinds, long_run))
-                for line_no, (raw, long_run) in enumerate(_split_with_runs(data, 0, len(data)), chunk.first_line)]
+                for line_no, (raw, long_run) in enumerate(split_with_runs(data, 0, len(data)), chunk.first_line)]
     return findings, extra_keys, kinds
-
-
-_BLOCK = 8 << 20
-
-
-def _lines_with_runs(fh):
-    """``(raw line, whether it holds 19 digits in a row)`` for every line of a file. The digit runs are
-    found once per 8 MB block (``exact_numbers.long_digit_runs``, about 0.1 ns a byte), not once per line (about
-    13 µs a 20 KB line, nearly all of it the cost of a call); blocks are not copied together, only the
-    line that straddles two of them is."""
-    rest = b""
-    while block := fh.read(_BLOCK):
-        start = 0
-        if rest:
-            nl = block.find(b"\n")
-            if nl < 0:
-                rest += block
-                continue
-            line = rest + block[:nl + 1]
-            yield line, has_long_digit_run(line)
-            start = nl + 1
-        cut = max(block.rfind(b"\n") + 1, start)
-        yield from _split_with_runs(block, start, cut)
-        rest = block[cut:]
-    if rest:
-        yield rest, has_long_digit_run(rest)
-
-
-def _split_with_runs(data, start, end):
-    """``_lines_with_runs`` of the lines in ``data[start:end]`` (each kept with its newline)."""
-    runs = iter(long_digit_runs(data, start, end))
-    next_run = next(runs, end)
-    find = data.find
-    pos = start
-    while pos < end:
-        nl = find(b"\n", pos, end)
-        stop = end if nl < 0 else nl + 1
-        yield data[pos:stop], next_run < stop
-        while next_run < stop:
-            next_run = next(runs, end)
-        pos = stop
 
 
 def _line_findings(line_no, raw, format, strict_keys, extra_keys, kinds=None, long_run=None):
