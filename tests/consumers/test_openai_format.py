@@ -6,12 +6,14 @@ Every rule has a row that breaks it and the code it must be reported under.
 
 import copy
 import json
+import tempfile
+from pathlib import Path
 
+import orjson
 import pytest
 
 from whileai_pipeline.core.openai_format import (
     FORMATS,
-    _Report,
     format_report,
     validate_file,
     validate_row,
@@ -23,11 +25,14 @@ TOOLS = [{"type": "function", "function": {
 
 
 def validate_rows(rows, format="openai", *, max_problems=50):
-    """The file report over rows in memory, line numbers being 1-based positions (validate_file's counting)."""
-    report = _Report(format, max_problems)
-    for line, row in enumerate(rows, 1):
-        report.row(line, row, False)
-    return report.finish()
+    """validate_file's report over rows written one a line to a temporary file (line numbers are 1-based
+    positions), ``path`` left out."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "rows.jsonl"
+        path.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
+        report = validate_file(path, format, max_problems=max_problems, workers=1)
+    report.pop("path", None)
+    return report
 
 
 def openai_good():

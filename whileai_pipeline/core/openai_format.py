@@ -684,12 +684,6 @@ class _Report:
             else:
                 self.shaped(line, event[1], event[2], errored=event[3], other=event[4])
 
-    def row(self, line, row, strict_keys, before=()):
-        if self.kinds is not None:
-            self.kinds.add(line, row)
-        shape, problems, other = _check_row(row, self.fmt, strict_keys)
-        self.shaped(line, shape, [*before, *problems], other=other)
-
     def shaped(self, line, shape, problems, errored=False, other=False):
         self.rows += 1
         self.shapes[shape] += 1
