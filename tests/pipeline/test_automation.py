@@ -4,6 +4,7 @@ temporary instance."""
 import datetime
 import hashlib
 import os
+import re
 import shutil
 
 import dagster as dg
@@ -368,3 +369,70 @@ def test_inbox_files_the_sensor_cannot_take_are_named_once(storage, instance):
             mp.setattr(context.log, "warning", said.append)
             inbox_sensor(context)
     assert said == []  # the same files: not said again at every tick
+
+
+def _evaluate_logged(instance, storage, cursor=None):
+    """One tick, with what it logged at INFO."""
+    said = []
+    with dg.build_sensor_context(instance=instance, cursor=cursor, resources={"storage": storage}) as context:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(context.log, "info", said.append)
+            return inbox_sensor(context), said
+
+
+def test_a_tick_past_its_hashing_budget_leaves_the_other_files_to_the_next_ticks(storage, instance, monkeypatch):
+    """Dagster fails a sensor tick that runs past its timeout (60 s) and keeps the old cursor: a tick
+    that hashed all of fifty big runs dropped at once would fail the same way at every tick. With the
+    budget spent, each tick hashes one file and names the others; every file gets its turn."""
+    monkeypatch.setenv("WHILEAI_PIPELINE_SENSOR_BUDGET_SECONDS", "0")  # spent by the first file
+    storage.inbox.mkdir(parents=True)
+    for name in ("a", "b", "c"):
+        _drop(SAMPLE, storage.inbox / f"{name}.jsonl")
+    taken, cursor = [], None
+    for waiting in (["b", "c"], ["c"], []):
+        result, said = _evaluate_logged(instance, storage, cursor)
+        _apply(instance, result)
+        cursor = result.cursor
+        taken.append([r.partition_key for r in result.run_requests])
+        deferred = [line for line in said if "wait for the next tick" in line]
+        if waiting:
+            (line,) = deferred
+            assert re.fullmatch(rf"hashed 1 of the new or changed run files in [0-9.]+ s; {', '.join(waiting)} wait for "
+                                r"the next tick \(\$WHILEAI_PIPELINE_SENSOR_BUDGET_SECONDS, default 20 s\)", line), line
+        else:
+            assert deferred == []
+    assert taken == [["a"], ["b"], ["c"]]
+    assert sorted(instance.get_dynamic_partitions(PARTITIONS_NAME)) == ["a", "b", "c"]
+    quiet, _ = _evaluate_logged(instance, storage, cursor)
+    assert not quiet.run_requests
+
+    # two runs change: the one left for later keeps its old cursor entry, so it is still seen as changed
+    for name in ("a", "c"):
+        with open(storage.inbox / f"{name}.jsonl", "ab") as fh:
+            fh.write(b'{"prompt": "one more", "final_text": "ok", "reward": 1}\n')
+        _age(storage.inbox / f"{name}.jsonl")
+    first, _ = _evaluate_logged(instance, storage, quiet.cursor)
+    second, _ = _evaluate_logged(instance, storage, first.cursor)
+    third, _ = _evaluate_logged(instance, storage, second.cursor)
+    assert [[r.run_key.split(":")[0] for r in t.run_requests] for t in (first, second, third)] == [["a"], ["c"], []]
+    assert second.run_requests[0].run_key.endswith(":v2")
+
+
+def test_a_tick_within_its_budget_hashes_every_file(storage, instance, monkeypatch):
+    monkeypatch.setenv("WHILEAI_PIPELINE_SENSOR_BUDGET_SECONDS", "3600")
+    storage.inbox.mkdir(parents=True)
+    for name in ("a", "b", "c"):
+        _drop(SAMPLE, storage.inbox / f"{name}.jsonl")
+    result, said = _evaluate_logged(instance, storage)
+    assert [r.partition_key for r in result.run_requests] == ["a", "b", "c"]
+    assert not [line for line in said if "wait for the next tick" in line]
+
+
+@pytest.mark.parametrize("bad", ["soon", "-1", "nan"])
+def test_a_bad_sensor_budget_is_refused_naming_the_variable(storage, instance, monkeypatch, bad):
+    monkeypatch.setenv("WHILEAI_PIPELINE_SENSOR_BUDGET_SECONDS", bad)
+    storage.inbox.mkdir(parents=True)
+    _drop(SAMPLE, storage.inbox / "a.jsonl")
+    with pytest.raises(ValueError, match=rf"WHILEAI_PIPELINE_SENSOR_BUDGET_SECONDS must be a number of seconds "
+                                         rf"\(0 hashes one file a tick; .*\), got '{bad}'"):
+        _evaluate(inbox_sensor, instance, storage)

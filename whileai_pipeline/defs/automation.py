@@ -5,7 +5,8 @@
   from the last scored rows and pairs; it never reads ``rejected/``).
 * ``inbox_sensor``: a new or changed run file (or sidecar) in the inbox registers a partition and
   requests the chain for it, once per content (``run_key = "<name>:<sha256[:16]>"``), once it has
-  settled: not modified for ``$WHILEAI_PIPELINE_SETTLE_SECONDS`` (default 30).
+  settled: not modified for ``$WHILEAI_PIPELINE_SETTLE_SECONDS`` (default 30). A tick hashes files for
+  at most ``$WHILEAI_PIPELINE_SENSOR_BUDGET_SECONDS`` (default 20) and leaves the rest to the next one.
 * ``reexport_schedule``: on ``$WHILEAI_PIPELINE_CRON`` (default ``0 3 * * *``, daily at 03:00
   UTC), one re-export request per registered run.
 
@@ -23,11 +24,15 @@ from dagster._utils.schedules import is_valid_cron_string  # the rule ScheduleDe
 from .assets import ASSET_NAMES, ASSETS, STAGE_PAIRS, STAGE_SCORED, dpo_export, raw_simulation_data, sft_export
 from .config import stored_config
 from .partitions import PARTITIONS_NAME
-from .resources import DEFAULT_HOME, ENV_HOME, ENV_SETTLE, RUN_SUFFIX, PipelineStorage, fingerprint, meta_path_for, partition_key_for
+from .resources import (DEFAULT_HOME, ENV_HOME, ENV_SENSOR_BUDGET, ENV_SETTLE, RUN_SUFFIX, PipelineStorage, fingerprint,
+                        meta_path_for, partition_key_for)
 
 ENV_CRON = "WHILEAI_PIPELINE_CRON"
 DEFAULT_CRON = "0 3 * * *"
 DEFAULT_SETTLE_SECONDS = 30.0
+# A third of Dagster's sensor timeout (60 s unless DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS says otherwise):
+# hashing new run files is the tick's only long work, and at about 1 GB/s, 20 s is some 20 GB a tick.
+DEFAULT_SENSOR_BUDGET_SECONDS = 20.0
 
 # Dagster's run retries (the daemon's auto re-execution; it runs when the instance sets
 # `run_retries: {enabled: true}`), read from each run's tags. Only a run that ended without a step
@@ -82,16 +87,25 @@ def _signature(path):
 
 def settle_seconds() -> float:
     """How long a run file (and its sidecar) must go unmodified before the sensor takes it."""
-    value = os.environ.get(ENV_SETTLE)
+    return _seconds_from_env(ENV_SETTLE, DEFAULT_SETTLE_SECONDS, "0 takes a file as soon as it is seen")
+
+
+def sensor_budget_seconds() -> float:
+    """How long one sensor tick may spend hashing run files before it leaves the rest to the next tick."""
+    return _seconds_from_env(ENV_SENSOR_BUDGET, DEFAULT_SENSOR_BUDGET_SECONDS,
+                             "0 hashes one file a tick; keep it well under Dagster's sensor timeout, 60 s by default")
+
+
+def _seconds_from_env(name, default, hint) -> float:
+    value = os.environ.get(name)
     if not value:
-        return DEFAULT_SETTLE_SECONDS
+        return default
     try:
         seconds = float(value)
     except ValueError:
         seconds = -1.0
     if not seconds >= 0:  # also NaN
-        raise ValueError(f"${ENV_SETTLE} must be a number of seconds (0 takes a file as soon as it is seen), "
-                         f"got {value!r}")
+        raise ValueError(f"${name} must be a number of seconds ({hint}), got {value!r}")
     return seconds
 
 
@@ -149,13 +163,20 @@ def _already_materialized(instance, key, fp) -> bool:
     "changed <run>.jsonl files and their <run>.meta.json sidecars; registers each as a partition and runs "
     "the whole chain (simulation_chain) once per content, with the options the run was last exported "
     f"with, once the files have not been modified for ${ENV_SETTLE} seconds (default "
-    f"{DEFAULT_SETTLE_SECONDS:g}). Files it cannot take are named in its tick log.",
+    f"{DEFAULT_SETTLE_SECONDS:g}). A tick hashes files for at most ${ENV_SENSOR_BUDGET} seconds (default "
+    f"{DEFAULT_SENSOR_BUDGET_SECONDS:g}) and leaves the rest to the next tick. Files it cannot take are named "
+    "in its tick log.",
 )
 def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) -> dg.SensorResult:
     seen = orjson.loads(context.cursor) if context.cursor else {}
     registered = set(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
     settle, now_ns = settle_seconds(), time.time_ns()
-    new_keys, requests, cursor, settling = [], [], {}, []
+    # Dagster fails a tick that runs past its timeout and keeps the old cursor, so a tick that tried to
+    # hash everything dropped at once (fifty 2 GB runs) would start over, and fail, at every tick: no
+    # run would ever be requested. Past the budget, the files not yet hashed wait for the next tick
+    # (at least one file is hashed per tick, so every file gets its turn).
+    budget, started, hashed = sensor_budget_seconds(), time.monotonic(), 0
+    new_keys, requests, cursor, settling, deferred = [], [], {}, [], []
     runs = storage.inbox_runs()
     ignored = _ignored_inbox_files(storage, runs)
     if ignored and ignored != seen.get(IGNORED):  # said once, not at every tick
@@ -176,7 +197,13 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
                 cursor[key] = prev
             settling.append(key)
             continue
+        if hashed and time.monotonic() - started >= budget:
+            if prev:
+                cursor[key] = prev
+            deferred.append(key)
+            continue
         fp = fingerprint(path)
+        hashed += 1
         if prev and prev.get("fp") == fp:
             cursor[key] = {**prev, "sig": sig}
             continue  # touched, not changed
@@ -198,6 +225,10 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
     if settling:
         context.log.info(f"waiting for {', '.join(settling)} to settle: modified less than {settle:g} s ago "
                          f"(${ENV_SETTLE})")
+    if deferred:
+        context.log.info(f"hashed {hashed} of the new or changed run files in {time.monotonic() - started:.1f} s; "
+                         f"{', '.join(deferred)} wait for the next tick (${ENV_SENSOR_BUDGET}, default "
+                         f"{DEFAULT_SENSOR_BUDGET_SECONDS:g} s)")
     return dg.SensorResult(
         run_requests=requests,
         dynamic_partitions_requests=partitions,

@@ -41,6 +41,7 @@ from whileai_pipeline.core.runs import check_unchanged, file_stamp, sidecar_path
 ENV_HOME = "WHILEAI_PIPELINE_HOME"
 ENV_LOCK_TIMEOUT = "WHILEAI_PIPELINE_LOCK_TIMEOUT"
 ENV_SETTLE = "WHILEAI_PIPELINE_SETTLE_SECONDS"  # read by the inbox sensor (automation.py)
+ENV_SENSOR_BUDGET = "WHILEAI_PIPELINE_SENSOR_BUDGET_SECONDS"  # likewise
 DEFAULT_LOCK_TIMEOUT = 600.0
 LOCK_POLL_SECONDS = 0.1
 DEFAULT_HOME = "whileai_data"
