@@ -50,6 +50,13 @@ ENV_BACKEND = "DAGSTER_CELERY_BACKEND_URL"
             is_required=False,
             description=f"Celery result backend URL. Unset: ${ENV_BACKEND}, else the broker URL.",
         ),
+        # Accepted so that deploy/distributed/celery.yaml stays valid run config; the settings in it
+        # (late acks, visibility timeout) act in the workers, which read them from their own -y file.
+        "config_source": dg.Field(
+            dg.Noneable(dg.Permissive()),
+            is_required=False,
+            description="Additional Celery settings, as celery_executor's config_source.",
+        ),
     },
 )
 def celery_steps(config):
@@ -67,6 +74,8 @@ def celery_steps(config):
         out["broker"] = broker
     if backend:
         out["backend"] = backend
+    if config.get("config_source"):
+        out["config_source"] = config["config_source"]
     return out
 
 
