@@ -1,0 +1,226 @@
+"""A Celery worker SIGKILLed while it scores a run, with deploy/distributed's settings.
+
+Two ``dagster-celery`` workers (one pool process each) started from deploy/distributed/celery.yaml
+with one change, a visibility timeout of a few seconds instead of an hour so the test waits seconds;
+a private Redis and PostgreSQL (conftest); the chain of deploy/distributed/definitions.py
+orchestrated from this process with the same file as run config. A ``module:function`` scorer, where
+``$WHILEAI_TEST_SCORER_GATE`` is set (the workers), blocks on the 5th row of a pool process's first
+scoring until the test releases it, so the kill lands mid-step with the scored stage half written.
+
+1. The pool process running the step is killed (what the OOM killer does): its worker survives and
+   reports the task lost, the run fails at once with no step failure (``RUN_EXCEPTION``), so Dagster's
+   run retries will re-execute it; published/ keeps the previous export byte for byte.
+2. The whole worker is killed (main process and pool: a lost machine or container): nothing reports
+   anything. With ``task_acks_late`` the step's message is still in Redis and the surviving worker
+   runs the step again once the visibility timeout has passed; the run succeeds and publishes
+   exactly what an uninterrupted run publishes. With the default early ack (the file before late
+   acks) the message is gone and the run waits forever: this test then times out.
+"""
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import pytest
+import yaml
+
+from .conftest import DEPLOY, instance_from, need, wait_for
+
+need("dagster_postgres")
+need("dagster_celery")
+need("redis")
+
+import celery  # noqa: E402
+import dagster as dg  # noqa: E402
+from dagster._core.definitions.reconstruct import ReconstructableRepository  # noqa: E402
+from pipeline.conftest import Chain, sample_rows, tree_bytes, write_rows  # noqa: E402
+from whileai_pipeline.defs.partitions import PARTITIONS_NAME  # noqa: E402
+from whileai_pipeline.defs.resources import LEFTOVER_SUFFIXES, PipelineStorage  # noqa: E402
+
+pytestmark = pytest.mark.distributed
+
+WORKERS = ("worker-1", "worker-2")
+VISIBILITY_TIMEOUT = 4  # seconds; deploy/distributed/celery.yaml says 3600
+
+SCORER = '''
+import os, time
+from pathlib import Path
+
+def score(row):
+    gate = os.environ.get("WHILEAI_TEST_SCORER_GATE")
+    if gate:
+        gate = Path(gate)
+        calls = gate / f"calls.{os.getpid()}"
+        with open(calls, "a") as fh:
+            fh.write("x")
+        if calls.stat().st_size == 5 and not (gate / "release").exists():
+            (gate / "started.tmp").write_text(str(os.getpid()))
+            os.replace(gate / "started.tmp", gate / "started")
+            while not (gate / "release").exists():
+                time.sleep(0.05)
+    return row.get("reward")
+'''
+SCORED = {"ops": {"scored_simulation_data": {"config": {"scorer": "whileai_test_worker_lost_scorer:score"}}}}
+
+
+def _leftovers(storage, key):
+    return sorted(p.name for d in (storage.stage_dir(key), storage.published_dir(key)) if d.is_dir()
+                  for p in d.iterdir() if p.name.startswith(".") and p.name.endswith(LEFTOVER_SUFFIXES))
+
+
+def _jsonl_files(directory):
+    return {name: data for name, data in tree_bytes(directory).items() if name.endswith(".jsonl")}
+
+
+def _scoring_workers(instance, run_id):
+    """The Celery workers that started the scoring step of the run, in order."""
+    return [e.dagster_event.event_specific_data.metadata["Celery worker"].value.split("@")[0]
+            for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)
+            if e.step_key == "scored_simulation_data" and "in celery worker" in (e.message or "")]
+
+
+def _start_run(recon, instance, run_config, key):
+    """``execute_job`` in a daemon thread (this process is the run worker); returns (thread, out)."""
+    out = {}
+
+    def target():
+        try:
+            with dg.execute_job(recon, instance=instance, run_config=run_config,
+                                tags={"dagster/partition": key}, raise_on_error=False) as result:
+                out["run_id"] = result.run_id
+        except BaseException as exc:  # re-raised in the test's thread
+            out["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"celery-run-{key}", daemon=True)
+    thread.start()
+    return thread, out
+
+
+def _finish(thread, out, timeout, what, procs):
+    thread.join(timeout)
+    assert not thread.is_alive(), f"{what}: the run did not end within {timeout}s\n{procs.logs()}"
+    if "error" in out:
+        raise out["error"]
+    return out["run_id"]
+
+
+def test_a_killed_pool_process_fails_the_run_and_a_lost_worker_s_step_is_redelivered(
+        tmp_path, pg_env, redis_broker, procs, monkeypatch):
+    mods, gate = tmp_path / "mods", tmp_path / "gate"
+    mods.mkdir()
+    gate.mkdir()
+    (mods / "whileai_test_worker_lost_scorer.py").write_text(SCORER)
+    monkeypatch.syspath_prepend(str(mods))
+    monkeypatch.delenv("WHILEAI_TEST_SCORER_GATE", raising=False)
+    root = tmp_path / "whileai"
+    storage = PipelineStorage(root=str(root))
+    rows = sample_rows()
+    newer = rows[: len(rows) - 6]  # the run's new version: fewer rows, so other exports
+
+    # --- what is published before (the first version), and what an uninterrupted chain publishes
+    # for the new version (elsewhere), both in process
+    (tmp_path / "sqlite_home").mkdir()
+    with dg.DagsterInstance.local_temp(tempdir=str(tmp_path / "sqlite_home")) as sqlite:
+        chain = Chain(storage, sqlite, tmp_path)
+        key = chain.register(rows)
+        assert chain.materialize(key, run_config=SCORED).success
+        reference = Chain(PipelineStorage(root=str(tmp_path / "reference")), sqlite, tmp_path / "ref_src")
+        assert reference.register(newer) == key
+        assert reference.materialize(key, run_config=SCORED).success
+    before = tree_bytes(storage.published_dir(key))
+    expected = _jsonl_files(reference.storage.published_dir(key))
+    assert before and expected and _jsonl_files(storage.published_dir(key)) != expected
+    write_rows(tmp_path / "incoming" / f"{key}.jsonl", newer)
+    assert storage.register(tmp_path / "incoming" / f"{key}.jsonl") == key
+
+    # --- the workers' config: the deploy file with a short visibility timeout
+    config = yaml.safe_load((DEPLOY / "distributed" / "celery.yaml").read_text())
+    source = config["execution"]["config"].setdefault("config_source", {})
+    source.setdefault("broker_transport_options", {})["visibility_timeout"] = VISIBILITY_TIMEOUT
+    celery_yaml = tmp_path / "celery.yaml"
+    celery_yaml.write_text(yaml.safe_dump(config))
+
+    broker, backend = f"{redis_broker}/0", f"{redis_broker}/1"
+    monkeypatch.setenv("DAGSTER_CELERY_BROKER_URL", broker)
+    monkeypatch.setenv("DAGSTER_CELERY_BACKEND_URL", backend)
+    with instance_from("distributed", tmp_path / "dagster_home") as instance:
+        instance.add_dynamic_partitions(PARTITIONS_NAME, [key])
+        bindir = os.path.dirname(sys.executable)  # `dagster-celery` starts `celery` by name
+        env = procs.child_env(
+            DAGSTER_HOME=tmp_path / "dagster_home", DAGSTER_CELERY_BROKER_URL=broker,
+            DAGSTER_CELERY_BACKEND_URL=backend, WHILEAI_PIPELINE_WORKERS=1, WHILEAI_TEST_SCORER_GATE=gate,
+            PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+            PYTHONPATH=os.pathsep.join(filter(None, [str(mods), os.environ.get("PYTHONPATH")])), **pg_env)
+        workdir = tmp_path / "worker_cwd"
+        workdir.mkdir()
+        workers = {name: procs.start(name, [
+            sys.executable, "-c", "import sys; from dagster_celery.cli import main; sys.exit(main())",
+            "worker", "start", "-A", "dagster_celery.app", "-y", celery_yaml,
+            "-n", name, "-l", "INFO", "--", "--concurrency=1", "--without-gossip", "--without-mingle",
+        ], env, cwd=workdir) for name in WORKERS}
+        app = celery.Celery(broker=broker, backend=backend)
+
+        def both_answer():
+            for name, proc in workers.items():
+                assert proc.poll() is None, f"{name} exited\n{procs.logs()}"
+            replies = app.control.ping(timeout=1.0) or []
+            return {host.split("@")[0] for reply in replies for host in reply} >= set(WORKERS)
+
+        wait_for(both_answer, 90, "both Celery workers", procs, interval=0.5)
+
+        recon = ReconstructableRepository.for_file(
+            str(DEPLOY / "distributed" / "definitions.py"), "defs").get_reconstructable_job("simulation_chain")
+        # the workers' file as run config too (`dagster job launch -c`): the executor accepts it
+        run_config = {**config, "resources": {"storage": {"config": {"root": str(root)}}}, **SCORED}
+
+        def scoring_pid():
+            return (gate / "started").is_file() and int((gate / "started").read_text())
+
+        def worker_of(pid):
+            (name,) = [n for n, proc in workers.items() if os.getpgid(pid) == proc.pid]
+            return name
+
+        # --- 1. the pool process that runs the step is SIGKILLed
+        thread, out = _start_run(recon, instance, run_config, key)
+        pid = wait_for(scoring_pid, 60, "the first run to start scoring", procs)
+        scoring = worker_of(pid)
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        left = _leftovers(storage, key)
+        (gate / "release").write_text("")
+        run_id = _finish(thread, out, 30, "pool process killed", procs)
+        print(f"pool process killed: run ended in {time.monotonic() - killed:.1f}s; it left {left}")
+        run = instance.get_run_by_id(run_id)
+        assert run.status == dg.DagsterRunStatus.FAILURE
+        # no step failed (the step never reported): a run the retry daemon re-executes
+        assert run.tags["dagster/failure_reason"] == "RUN_EXCEPTION"
+        assert run.tags["dagster/will_retry"] == "true"
+        (failure,) = instance.all_logs(run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+        assert "WorkerLostError" in str(failure.dagster_event.event_specific_data.error)
+        assert _scoring_workers(instance, run_id) == [scoring]  # not started again anywhere
+        assert left and tree_bytes(storage.published_dir(key)) == before
+        for name, proc in workers.items():
+            assert proc.poll() is None, f"{name} exited with its pool process\n{procs.logs()}"
+
+        # --- 2. the whole worker running the step is SIGKILLed (a lost machine)
+        for name in ("started", "release"):
+            (gate / name).unlink()
+        thread, out = _start_run(recon, instance, run_config, key)
+        pid = wait_for(scoring_pid, 60, "the second run to start scoring", procs)
+        lost = worker_of(pid)
+        os.killpg(workers[lost].pid, signal.SIGKILL)
+        killed = time.monotonic()
+        left = _leftovers(storage, key)
+        (gate / "release").write_text("")
+        # redelivered after the visibility timeout, at the next sweep (every 10 s)
+        run_id = _finish(thread, out, VISIBILITY_TIMEOUT + 40, f"worker {lost} killed", procs)
+        print(f"worker {lost} killed: step redelivered and run ended in {time.monotonic() - killed:.1f}s; "
+              f"it left {left}")
+        run = instance.get_run_by_id(run_id)
+        assert run.status == dg.DagsterRunStatus.SUCCESS, procs.logs()
+        survivor = next(n for n in WORKERS if n != lost)
+        assert _scoring_workers(instance, run_id) == [lost, survivor]
+        assert left and not _leftovers(storage, key)
+        assert _jsonl_files(storage.published_dir(key)) == expected
