@@ -1,0 +1,100 @@
+"""The nightly schedule with many registered runs: its event-log queries do not grow with the runs.
+
+One schedule evaluation used to make two materialization queries per run (about 6.5 ms a run on SQLite,
+6.5 s at 1000 runs, more with PostgreSQL's round trips), inside Dagster's 60 s evaluation timeout.
+"""
+
+import datetime
+import inspect
+
+import dagster as dg
+import pytest
+
+from whileai_pipeline.defs.assets import dpo_export, sft_export
+from whileai_pipeline.defs.automation import reexport_schedule
+from whileai_pipeline.defs.partitions import PARTITIONS_NAME
+
+pytestmark = pytest.mark.pipeline
+
+WHEN = datetime.datetime(2026, 1, 2, 3, 0, tzinfo=datetime.timezone.utc)
+
+
+def _stage(storage, key):
+    for stage in ("scored", "pairs"):
+        path = storage.stage_path(key, stage)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+
+
+def _exported_with(instance, key, asset, config):
+    """A materialization of ``asset`` for ``key`` recording the options it ran with (its ``config``)."""
+    instance.report_runless_asset_event(dg.AssetMaterialization(
+        asset_key=asset.key, partition=key, metadata={"config": dg.MetadataValue.json(config)}))
+
+
+def _runs(instance, storage, n):
+    """``n`` staged runs: even ones exported in openai only (after an earlier export in trl only), odd ones
+    never exported. Returns their keys."""
+    keys = [f"run_{i:03d}" for i in range(n)]
+    instance.add_dynamic_partitions(PARTITIONS_NAME, keys)
+    for i, key in enumerate(keys):
+        _stage(storage, key)
+        if i % 2 == 0:
+            for asset in (sft_export, dpo_export):
+                _exported_with(instance, key, asset, {"formats": ["trl"], "validate": True})
+                _exported_with(instance, key, asset, {"formats": ["openai"], "validate": True})
+    return keys
+
+
+def _count_event_log_calls(instance, monkeypatch):
+    """Counts every public call made to event log storage of this instance's kind (the schedule's context
+    opens its own instance from the same folder)."""
+    cls = type(instance._event_storage)  # noqa: SLF001 - every event-log read goes through it
+    calls = []
+    for name in dir(cls):
+        attr = inspect.getattr_static(cls, name)
+        if name.startswith("_") or not inspect.isfunction(attr):
+            continue
+
+        def counted(self, *args, _name=name, _attr=attr, **kwargs):
+            calls.append(_name)
+            return _attr(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, counted)
+    return calls
+
+
+def _evaluate(instance, storage):
+    with dg.build_schedule_context(instance=instance, resources={"storage": storage},
+                                   scheduled_execution_time=WHEN) as context:
+        return reexport_schedule(context)
+
+
+def test_each_run_is_re_exported_with_its_own_latest_options(sqlite_instance, storage):
+    keys = _runs(sqlite_instance, storage, 7)
+    requests = {r.partition_key: r for r in _evaluate(sqlite_instance, storage)}
+    assert sorted(requests) == keys
+    for i, key in enumerate(keys):
+        if i % 2:
+            assert requests[key].run_config == {}  # never exported: the defaults
+        else:
+            assert requests[key].run_config == {"ops": {name: {"config": {"formats": ["openai"]}}
+                                                        for name in ("sft_export", "dpo_export")}}
+
+
+def test_the_schedule_reads_the_event_log_as_often_with_40_runs_as_with_4(sqlite_instance, storage, tmp_path,
+                                                                        monkeypatch):
+    from whileai_pipeline.defs.resources import PipelineStorage
+
+    _runs(sqlite_instance, storage, 4)
+    many_storage = PipelineStorage(root=str(tmp_path / "many"))
+    (tmp_path / "many_home").mkdir()
+    with dg.DagsterInstance.local_temp(tempdir=str(tmp_path / "many_home")) as many:
+        _runs(many, many_storage, 40)
+        calls = _count_event_log_calls(sqlite_instance, monkeypatch)
+        assert len(_evaluate(sqlite_instance, storage)) == 4
+        few_calls = list(calls)
+        calls.clear()
+        assert len(_evaluate(many, many_storage)) == 40
+        assert "get_dynamic_partitions" in few_calls  # counted where the schedule's context reads
+        assert sorted(calls) == sorted(few_calls)
