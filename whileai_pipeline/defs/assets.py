@@ -32,7 +32,7 @@ from .config import (FORMATS, ConfigFileError, DpoExportConfig, OnBadLine, Pairs
                      SftExportConfig, as_run_config, check_run_config)
 from .partitions import simulation_runs
 from . import journal
-from .publishing import GATES, discard, failed_gates, publish, reject, rejected_dir_name
+from .publishing import GATES, discard, failed_gates, publish, reject, rejected_dir_name, same_refusal
 from .resources import ENV_SETTLE, PartitionLockedError, PipelineStorage, copy_atomic, fingerprint, meta_path_for
 from .summaries import RawStats, dpo_numbers, export_summary_markdown, raw_facts, real, sft_numbers
 
@@ -492,7 +492,8 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
     removed = []
     try:
         if blocked:
-            rejected_dir = storage.rejected_root(key) / rejected_dir_name(context.run.run_id, kind)
+            rejected_dir = (same_refusal(storage.rejected_root(key), kind, candidates, reports, failed, validate)
+                            or storage.rejected_root(key) / rejected_dir_name(context.run.run_id, kind))
             outcomes = reject(candidates, reports, rejected_dir, failed, validate)
         else:
             destinations = {fmt: storage.published_path(key, kind, fmt) for fmt in formats}

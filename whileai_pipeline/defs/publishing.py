@@ -12,7 +12,8 @@ gets the full report, then:
   the metadata says so. Once a kind is published, its files in the formats this export did not publish
   are removed (``others``);
 * otherwise ``reject`` moves the candidates and their reports under ``rejected/<run>/<time>-<id>-<kind>/``
-  with a ``gates.json`` saying why, and the published files are not touched.
+  with a ``gates.json`` saying why, and the published files are not touched. A refusal identical to the
+  latest one of its kind (``same_refusal``) goes into that folder, so nightly re-exports add no copies.
 
 The set of formats is all-or-nothing: one failing format rejects the whole candidate set, so the
 files of one kind (``sft.*`` or ``dpo.*``) never mix two inputs or configs. The two kinds are
@@ -27,6 +28,8 @@ import datetime
 import os
 import shutil
 from pathlib import Path
+
+import orjson
 
 from whileai_pipeline.core.atomic import fsync_dir, mode_for
 from whileai_pipeline.core.jsonl import sha256_file, write_json
@@ -129,6 +132,38 @@ def rejected_dir_name(run_id: str, kind: str, now=None) -> str:
     """``20260102T030405Z-1a2b3c4d-sft``: UTC time, the Dagster run id's first 8 characters, the export."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
     return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{run_id[:8]}-{kind}"
+
+
+def same_refusal(rejected_root: Path, kind: str, candidates: dict, reports: dict, failed: dict, validate: bool):
+    """The latest folder of ``kind`` under ``rejected_root`` when it already holds this refusal (the same
+    formats, failed gates and reports, so the same candidate bytes), else None.
+
+    The schedule re-exports a refused run every night with the same input, and each refusal kept a full
+    copy of the candidates: a run left refused for a month held 30 copies under ``rejected/``. An
+    identical refusal goes into the folder of the first one instead."""
+    try:
+        folders = sorted(p for p in rejected_root.iterdir() if p.name.endswith(f"-{kind}") and p.is_dir())
+    except OSError:
+        return None
+    if not folders:
+        return None
+    latest = folders[-1]
+    try:
+        gates = orjson.loads((latest / "gates.json").read_bytes())
+        if (gates.get("validate"), gates.get("failed"), sorted(gates.get("reports") or ())) != (
+                validate, failed, sorted(candidates)):
+            return None
+        for fmt, candidate in candidates.items():
+            kept = latest / candidate.name
+            written = _written(reports[fmt], candidate)
+            if written != kept.is_file() or (written and kept.stat().st_size != candidate.stat().st_size):
+                return None
+            expected = report_for_file(reports[fmt], kept if written else None)
+            if orjson.loads(report_file(kept).read_bytes()) != orjson.loads(orjson.dumps(expected)):
+                return None
+    except (OSError, ValueError, AttributeError):
+        return None  # a folder someone edited: a new one is made
+    return latest
 
 
 def reject(candidates: dict, reports: dict, rejected_dir: Path, failed: dict, validate: bool) -> dict:
