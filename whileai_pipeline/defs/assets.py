@@ -219,7 +219,7 @@ def raw_simulation_data(
         "groups": stats.groups,
         "rows_with_privileged": stats.privileged_rows,
         "tool_calls": stats.tool_calls,
-        "finish_reasons": dg.MetadataValue.json(dict(sorted(stats.finish_reasons.items()))),
+        "finish_reasons": dg.MetadataValue.json(stats.finish_reasons_summary()),
         "quarantined_lines": quarantined,
         "source_path": dg.MetadataValue.path(str(src)),
         "stage_path": dg.MetadataValue.path(str(stage)),

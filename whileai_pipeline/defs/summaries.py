@@ -8,6 +8,11 @@ from whileai_pipeline.core.groups import KeyIndex, key_digest
 from whileai_pipeline.core.rows import shape_problem
 
 PREVIEW_ROWS = 5
+# distinct finish reasons counted by name; the rest are counted together under OTHER_FINISH_REASONS. A
+# simulator that writes its error text as the finish reason made one entry per row: 133 KB of
+# metadata for 4,800 rows, every one of them stored in the event log at each new version of the run
+FINISH_REASONS_SHOWN = 20
+OTHER_FINISH_REASONS = "(other values)"
 
 
 def _md_cell(value, width=60) -> str:
@@ -54,7 +59,8 @@ class RawStats:
         self._groups = KeyIndex()
         self.privileged_rows = 0
         self.tool_calls = 0
-        self.finish_reasons = Counter()
+        self.finish_reasons = Counter()  # the first FINISH_REASONS_SHOWN distinct values
+        self.other_finish_reasons = 0  # rows with any other value
         self.preview = []
 
     @staticmethod
@@ -109,9 +115,20 @@ class RawStats:
             self._groups.index(group)
         self.privileged_rows += has_privileged
         self.tool_calls += calls
-        self.finish_reasons[finish] += 1
+        if finish in self.finish_reasons or len(self.finish_reasons) < FINISH_REASONS_SHOWN:
+            self.finish_reasons[finish] += 1
+        else:
+            self.other_finish_reasons += 1
         if line is not None and len(self.preview) < PREVIEW_ROWS:
             self.preview.append(line)
+
+    def finish_reasons_summary(self) -> dict:
+        """Rows by finish reason, the first ``FINISH_REASONS_SHOWN`` values by name and the other rows as one
+        count, so the metadata stays small whatever the run holds."""
+        out = dict(sorted(self.finish_reasons.items()))
+        if self.other_finish_reasons:
+            out[OTHER_FINISH_REASONS] = self.other_finish_reasons
+        return out
 
     @property
     def prompts(self) -> int:
