@@ -142,6 +142,16 @@ def _ignored_inbox_files(storage, runs) -> list:
     return out
 
 
+def _versions_of_removed_runs(seen, cursor) -> dict:
+    """``{key: {"n": versions}}`` for each run of the previous cursor ``seen`` that the new ``cursor`` lost
+    (its file left the inbox) after more than one version. Content that comes back later (A, B, removed,
+    A) is then version n + 1 with a run key of its own, not A's first run key, which Dagster never
+    launches twice. A run seen in one version needs no entry: its first content coming back is what
+    raw_simulation_data already read (``_already_materialized``)."""
+    return {key: {"n": prev["n"]} for key, prev in seen.items()
+            if key not in cursor and not key.startswith("_") and isinstance(prev, dict) and prev.get("n", 1) > 1}
+
+
 def _already_materialized(instance, key, fp) -> bool:
     """True when raw_simulation_data's latest materialization for ``key`` read exactly this content
     (e.g. the CLI ran it), so the sensor does not request the same work again."""
@@ -221,6 +231,7 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
                           run_config=stored_run_config(context.instance, key, ASSETS),
                           tags={"whileai/run_file": str(path), "whileai/fingerprint": fp})
         )
+    cursor.update(_versions_of_removed_runs(seen, cursor))
     partitions = [dg.AddDynamicPartitionsRequest(PARTITIONS_NAME, new_keys)] if new_keys else []
     if settling:
         context.log.info(f"waiting for {', '.join(settling)} to settle: modified less than {settle:g} s ago "
