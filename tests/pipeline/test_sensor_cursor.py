@@ -1,9 +1,11 @@
-"""The inbox sensor's cursor when run files leave the inbox: it forgets them, but not their versions.
+"""The inbox sensor's memory of run files: kept in a state file its cursor names, and what it keeps of
+files that leave the inbox.
 
-The cursor holds one entry per run file in the inbox (about 139 bytes; 138 KB at 1000 runs, stored with
-every tick), and a file removed from the inbox loses its entry. With it went the count of versions
-seen, so A, then B, then the file removed, then A again, asked for A under its first run key, which
-Dagster never launches twice: the inbox said A while the stages and exports kept B.
+The memory holds one entry per run file in the inbox (about 139 bytes; 138 KB at 1000 runs), and a file
+removed from the inbox loses its entry. With it went the count of versions seen, so A, then B, then the
+file removed, then A again, asked for A under its first run key, which Dagster never launches twice:
+the inbox said A while the stages and exports kept B. Dagster writes the cursor into every tick (one
+every 30 s), so the memory lives in ``<root>/sensor/<sha256>.json`` and the cursor only names it.
 """
 
 import hashlib
@@ -11,6 +13,7 @@ import hashlib
 import orjson
 import pytest
 
+from whileai_pipeline.defs import sensor_state
 from whileai_pipeline.defs.automation import inbox_sensor
 
 from .conftest import SAMPLE
@@ -19,6 +22,12 @@ from .test_automation import _age, _apply, _evaluate
 pytestmark = pytest.mark.pipeline
 
 VERSION_B = SAMPLE.read_bytes() + b'{"prompt": "one more", "final_text": "ok", "reward": 1}\n'
+
+
+def _state(storage, cursor):
+    state, lost = sensor_state.load(storage, cursor)
+    assert lost is None
+    return state
 
 
 def _tick(instance, storage, cursor):
@@ -40,7 +49,7 @@ def test_content_that_comes_back_after_the_file_was_removed_gets_a_new_run_key(s
     run.unlink()
     removed = _tick(instance, storage, cursor)
     assert not removed.run_requests
-    assert orjson.loads(removed.cursor) == {"night": {"n": 2}}  # its versions, not its file's signature
+    assert _state(storage, removed.cursor) == {"night": {"n": 2}}  # its versions, not its file's signature
     run.write_bytes(SAMPLE.read_bytes())
     _age(run)
     (request,) = _tick(instance, storage, removed.cursor).run_requests
@@ -56,4 +65,74 @@ def test_a_run_seen_in_one_version_leaves_no_entry_when_removed(storage, instanc
     first = _tick(instance, storage, None)
     (storage.inbox / "gone.jsonl").unlink()
     after = _tick(instance, storage, first.cursor)
-    assert sorted(orjson.loads(after.cursor)) == ["kept"]
+    assert sorted(_state(storage, after.cursor)) == ["kept"]
+
+
+def _state_files(storage):
+    return sorted(p.name for p in sensor_state.state_dir(storage).iterdir())
+
+
+def test_the_cursor_names_the_memory_and_stays_short_however_many_runs(storage, instance):
+    storage.inbox.mkdir(parents=True)
+    for n in range(60):
+        (storage.inbox / f"run{n:02d}.jsonl").write_bytes(SAMPLE.read_bytes())
+        _age(storage.inbox / f"run{n:02d}.jsonl")
+    first = _tick(instance, storage, None)
+    assert len(first.run_requests) == 60
+    digest = hashlib.sha256((sensor_state.state_dir(storage) / _state_files(storage)[0]).read_bytes()).hexdigest()
+    assert first.cursor == f"state:{digest}"  # 70 bytes; the memory itself is 60 entries
+    assert sorted(_state(storage, first.cursor)) == [f"run{n:02d}" for n in range(60)]
+    path = sensor_state.state_dir(storage) / f"{digest}.json"
+    written = path.stat().st_mtime_ns
+    quiet = _tick(instance, storage, first.cursor)
+    assert quiet.cursor == first.cursor and not quiet.run_requests
+    assert _state_files(storage) == [f"{digest}.json"] and path.stat().st_mtime_ns == written  # nothing written
+
+
+def test_a_cursor_of_an_earlier_version_holding_the_memory_itself_is_read(storage, instance):
+    storage.inbox.mkdir(parents=True)
+    (storage.inbox / "old.jsonl").write_bytes(SAMPLE.read_bytes())
+    _age(storage.inbox / "old.jsonl")
+    first = _tick(instance, storage, None)
+    inline = orjson.dumps(_state(storage, first.cursor), option=orjson.OPT_SORT_KEYS).decode()
+    assert inline.startswith('{"old":{')  # what the cursor itself held before
+    again = _tick(instance, storage, inline)
+    assert not again.run_requests and again.cursor == first.cursor
+
+
+def test_a_tick_that_failed_leaves_the_cursor_before_it_readable(storage, instance):
+    """Dagster keeps the old cursor when a tick fails: the file it names must still be there, even after
+    the state changed more times than the files kept."""
+    storage.inbox.mkdir(parents=True)
+    run = storage.inbox / "busy.jsonl"
+    run.write_bytes(SAMPLE.read_bytes())
+    _age(run)
+    first = _tick(instance, storage, None)
+    cursor = first.cursor
+    for n in range(sensor_state.KEEP + 4):
+        run.write_bytes(SAMPLE.read_bytes() + b'{"prompt": "p%d", "final_text": "ok", "reward": 1}\n' % n)
+        _age(run)
+        failed = _tick(instance, storage, cursor)  # its cursor is dropped, as if the tick had failed
+        assert len(failed.run_requests) == 1
+    assert _state(storage, cursor) == _state(storage, first.cursor)
+    assert len(_state_files(storage)) <= sensor_state.KEEP + 2
+
+
+def test_a_lost_memory_is_said_and_the_sensor_starts_again(storage, instance):
+    storage.inbox.mkdir(parents=True)
+    (storage.inbox / "a.jsonl").write_bytes(SAMPLE.read_bytes())
+    _age(storage.inbox / "a.jsonl")
+    first = _tick(instance, storage, None)
+    for path in sensor_state.state_dir(storage).iterdir():
+        path.unlink()
+    said = []
+    import dagster as dg
+    with dg.build_sensor_context(instance=instance, cursor=first.cursor, resources={"storage": storage}) as context:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(context.log, "warning", said.append)
+            again = inbox_sensor(context)
+    assert said == [f"its memory of the inbox, {sensor_state.state_dir(storage) / first.cursor[6:]}.json, is gone "
+                    "(was the storage root moved or cleaned?): every inbox file is hashed again; content "
+                    "raw_simulation_data already read is not requested again"]
+    assert again.cursor == first.cursor  # the same memory, written again
+    assert _state(storage, again.cursor) == _state(storage, first.cursor)

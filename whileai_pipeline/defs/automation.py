@@ -18,10 +18,10 @@ import os
 import time
 
 import dagster as dg
-import orjson
 from dagster._utils.schedules import is_valid_cron_string  # the rule ScheduleDefinition applies (Dagster pinned)
 
 from .assets import ASSET_NAMES, ASSETS, STAGE_PAIRS, STAGE_SCORED, dpo_export, raw_simulation_data, sft_export
+from . import sensor_state
 from .partitions import PARTITIONS_NAME
 from .resources import (DEFAULT_HOME, ENV_HOME, ENV_SENSOR_BUDGET, ENV_SETTLE, RUN_SUFFIX, PipelineStorage, fingerprint,
                         meta_path_for, partition_key_for)
@@ -178,7 +178,10 @@ def _already_materialized(instance, key, fp) -> bool:
     "in its tick log.",
 )
 def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) -> dg.SensorResult:
-    seen = orjson.loads(context.cursor) if context.cursor else {}
+    seen, lost = sensor_state.load(storage, context.cursor)
+    if lost:
+        context.log.warning(f"{lost}: every inbox file is hashed again; content raw_simulation_data already "
+                            "read is not requested again")
     registered = set(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
     settle, now_ns = settle_seconds(), time.time_ns()
     # Dagster fails a tick that runs past its timeout and keeps the old cursor, so a tick that tried to
@@ -243,7 +246,7 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
     return dg.SensorResult(
         run_requests=requests,
         dynamic_partitions_requests=partitions,
-        cursor=orjson.dumps(cursor, option=orjson.OPT_SORT_KEYS).decode(),
+        cursor=sensor_state.save(storage, cursor, context.cursor),
     )
 
 
