@@ -16,8 +16,8 @@ from .config import stored_config
 BATCH = 500
 
 
-def _latest_metadata(instance, asset_key, keys) -> dict:
-    """``{partition: metadata}`` of the latest materialization of ``asset_key`` for each of ``keys`` that has one."""
+def _latest_records(instance, asset_key, keys) -> dict:
+    """``{partition: record}`` of the latest materialization of ``asset_key`` for each of ``keys`` that has one."""
     ids = instance.get_latest_storage_id_by_partition(asset_key, dg.DagsterEventType.ASSET_MATERIALIZATION,
                                                       set(keys))
     by_id = {storage_id: key for key, storage_id in ids.items()}
@@ -28,7 +28,7 @@ def _latest_metadata(instance, asset_key, keys) -> dict:
         records = instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=asset_key, storage_ids=chunk), limit=len(chunk)).records
         for record in records:
-            out[by_id[record.storage_id]] = record.asset_materialization.metadata
+            out[by_id[record.storage_id]] = record
     return out
 
 
@@ -41,16 +41,34 @@ def stored_run_configs(instance, keys, assets) -> dict:
     for asset_def in assets:
         name = asset_def.key.to_user_string()
         checked = {}  # most runs share their options: each distinct set is checked once
-        for key, metadata in _latest_metadata(instance, asset_def.key, keys).items():
-            entry = metadata.get("config")
-            if entry is None:
+        for key, record in _latest_records(instance, asset_def.key, keys).items():
+            options = _options_of(instance, record, name)
+            if options is None:
                 continue
-            token = orjson.dumps(entry.value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+            token = orjson.dumps(options, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
             if token not in checked:
-                checked[token] = stored_config(name, entry.value)
+                checked[token] = stored_config(name, options)
             if checked[token]:
                 ops[key][name] = {"config": dict(checked[token])}
     return {key: ({"ops": per_key} if per_key else {}) for key, per_key in ops.items()}
+
+
+def _options_of(instance, record, asset_name):
+    """The options a materialization was made with: its ``config`` metadata or, for one made before that
+    metadata existed (versions before 2b4f2aa), the config its run gave the asset (one query, once: the
+    re-export then records ``config``). Without this, the first re-export after an upgrade from such a
+    version published a run exported with ``mask_mode: final`` again with the defaults. None when
+    neither is there (the run was deleted)."""
+    entry = record.asset_materialization.metadata.get("config")
+    if entry is not None:
+        return entry.value
+    run = instance.get_run_by_id(record.run_id)
+    if run is None:
+        return None
+    ops = (run.run_config or {}).get("ops")
+    block = ops.get(asset_name) if isinstance(ops, dict) else None
+    values = block.get("config") if isinstance(block, dict) else None
+    return values if isinstance(values, dict) else {}  # the run set nothing for it: the defaults
 
 
 def stored_run_config(instance, key, assets) -> dict:
