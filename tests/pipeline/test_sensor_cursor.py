@@ -136,3 +136,15 @@ def test_a_lost_memory_is_said_and_the_sensor_starts_again(storage, instance):
                     "raw_simulation_data already read is not requested again"]
     assert again.cursor == first.cursor  # the same memory, written again
     assert _state(storage, again.cursor) == _state(storage, first.cursor)
+
+
+@pytest.mark.parametrize("cursor", ["not json", "[1, 2]", "state:" + "0" * 64])
+def test_a_cursor_this_sensor_cannot_read_is_said_and_the_sensor_starts_again(storage, instance, cursor):
+    storage.inbox.mkdir(parents=True)
+    (storage.inbox / "a.jsonl").write_bytes(SAMPLE.read_bytes())
+    _age(storage.inbox / "a.jsonl")
+    state, lost = sensor_state.load(storage, cursor)
+    assert state == {} and lost
+    result = _tick(instance, storage, cursor)
+    assert [r.partition_key for r in result.run_requests] == ["a"]
+    assert sorted(_state(storage, result.cursor)) == ["a"]

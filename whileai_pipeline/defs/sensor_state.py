@@ -32,7 +32,13 @@ def load(storage, cursor):
     if not cursor:
         return {}, None
     if not cursor.startswith(PREFIX):
-        return orjson.loads(cursor), None
+        try:
+            state = orjson.loads(cursor)
+        except orjson.JSONDecodeError:
+            state = None
+        if isinstance(state, dict):
+            return state, None
+        return {}, f"its cursor {cursor[:80]!r} is not one this sensor wrote (set by hand?)"
     digest = cursor[len(PREFIX):]
     path = state_dir(storage) / f"{digest}.json"
     try:
