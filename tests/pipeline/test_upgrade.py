@@ -49,7 +49,8 @@ OLD_DPO_FORMAT_KEYS = ["chosen_longer_frac", "mean_margin", "pairs", "published_
 NUMBERS = {"row_count", "groups", "masked_messages", "passes", "fails", "rows", "rows_checked", "rows_leaked",
            "rows_written", "tool_calls_checked", "tool_calls_invalid", "tool_outputs_truncated", "trained_messages",
            "ungraded", "chosen_longer_frac", "mean_margin", "pairs", "rejected_quoting", "ties_dropped"}
-ADDED_SINCE = ("config", "gates_failed", "mean_reward", "openai/warnings", "trl/warnings")
+ADDED_SINCE = ("config", "gates_failed", "mean_reward", "openai/warnings", "trl/warnings", "inputs",
+               "code_fingerprint")
 
 
 def _old_shape_asset(name, metadata):

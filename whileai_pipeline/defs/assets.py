@@ -12,6 +12,7 @@ decides publish or reject from the reports, and describes what happened.
 import functools
 import hashlib
 import math
+import os
 import shutil
 
 import dagster as dg
@@ -28,6 +29,7 @@ from whileai_pipeline.core.runs import read_sidecar_file
 from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callable, passing_rows_file, resolve_scorer,
                                            score_file, score_stats_of_file)
 
+from .code_fingerprint import code_fingerprint
 from .config import (FORMATS, ConfigFileError, DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreConfig,
                      SftExportConfig, as_run_config, check_run_config)
 from .partitions import simulation_runs
@@ -423,6 +425,26 @@ def preference_pairs(
 
 # --------------------------------------------------------------------------- 4/5. exports
 
+# the stage each export reads (sft_export builds sft_source from the scored stage and its sidecar)
+EXPORT_STAGES = {"sft_export": STAGE_SCORED, "dpo_export": STAGE_PAIRS}
+
+
+def export_inputs(storage, key, asset_name) -> dict:
+    """``{path: [size, mtime_ns, inode] or None}`` of the stage file the export ``asset_name`` reads and of its
+    sidecar (None: absent). Recorded as ``inputs`` with each export, so the schedule can tell a stage rewritten
+    since (a stage is replaced by a rename: a new inode) from the same file, without reading it. The paths
+    are absolute: the reports name the stage, so the same bytes under another root are another export."""
+    stage = storage.stage_path(key, EXPORT_STAGES[asset_name])
+    out = {}
+    for path in (stage, meta_path_for(stage)):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            out[str(path)] = None
+        else:
+            out[str(path)] = [st.st_size, st.st_mtime_ns, st.st_ino]
+    return out
+
 def _reward_pictures(stats):
     """Reward histogram and pass rate by group (markdown for the UI) of a ``ScoreStats``."""
     return {
@@ -480,10 +502,12 @@ def _gates_run_after(context) -> bool:
         return False
 
 
-def _finish_export(context, storage, kind, formats, candidates, reports, config, cand_dir, pictures, totals=None):
+def _finish_export(context, storage, kind, formats, candidates, reports, config, cand_dir, pictures, inputs,
+                   totals=None):
     """Decide from the reports, publish or reject, and describe it all as metadata: the status and the summary
     first (what the asset page's table opens with), then the numbers, then the per-format reports and paths.
-    ``totals``: plotted numbers of the whole export, beside ``dagster/row_count``."""
+    ``inputs``: ``export_inputs`` taken before the stage was read. ``totals``: plotted numbers of the whole
+    export, beside ``dagster/row_count``."""
     key = context.partition_key
     validate = config.validate_gates
     failed = failed_gates(reports)
@@ -570,6 +594,9 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
     if removed:
         context.log.info(f"{kind} export for {key!r}: removed the files of formats it did not publish: {removed}")
     metadata["config"] = dg.MetadataValue.json(as_run_config(config))  # what a re-export runs with
+    # what else the files depend on: the schedule skips the run while all three stay the same
+    metadata["inputs"] = dg.MetadataValue.json(inputs)
+    metadata["code_fingerprint"] = code_fingerprint()
     if blocked and not _gates_run_after(context):
         raise dg.Failure(
             description=f"{kind} export for {key!r} refused by its gates ({failed}); this run does not execute "
@@ -595,6 +622,7 @@ def sft_export(
     key = context.partition_key
     scored = storage.stage_path(key, STAGE_SCORED)
     _require_stage(storage, scored, "scored_simulation_data")
+    inputs = export_inputs(storage, key, "sft_export")  # before the read: a later change is a change
     if config.sft_rows == "pass":
         source = storage.stage_path(key, STAGE_SFT_SOURCE)
         carried = ScoreStats()  # of the rows the export carries, counted in the pass that picks them
@@ -616,7 +644,7 @@ def sft_export(
     stats = carried if carried is not None else score_stats_of_file(source)
     # the mean reward of the rows the export carries: NaN when none is graded, so the key stays
     return _finish_export(context, storage, "sft", formats, candidates, reports, config, cand_dir,
-                          _reward_pictures(stats), {"mean_reward": real(stats.mean_reward)})
+                          _reward_pictures(stats), inputs, {"mean_reward": real(stats.mean_reward)})
 
 
 @dg.asset(
@@ -634,6 +662,7 @@ def dpo_export(
     key = context.partition_key
     pairs_path = storage.stage_path(key, STAGE_PAIRS)
     _require_stage(storage, pairs_path, "preference_pairs")
+    inputs = export_inputs(storage, key, "dpo_export")  # before the read: a later change is a change
     formats = list(config.formats)
     # Every format from one read. A path source: the pairs stream from the stage file, the system
     # prompt and tools come from its sidecar (pairs.meta.json), and the report names the file and
@@ -645,7 +674,7 @@ def dpo_export(
     )
     pictures = _reward_pictures(score_stats_of_file(pairs_path, sides=True))  # both sides of every pair
     return _finish_export(context, storage, "dpo", formats, candidates, reports, config, cand_dir,
-                          pictures)
+                          pictures, inputs)
 
 
 ASSETS = [raw_simulation_data, scored_simulation_data, preference_pairs, sft_export, dpo_export]
