@@ -211,6 +211,14 @@ def as_run_config(config: dg.Config) -> dict:
     return out
 
 
+def resolved_config(asset_name: str, values) -> dict:
+    """The options ``asset_name`` runs with when its run config gives ``values`` (checked values, e.g.
+    ``stored_config``'s): every option, the defaults filled in, spelled as ``as_run_config`` stores them.
+    The schedule compares it with an export's stored ``config`` to tell whether the export would change."""
+    cls = CONFIG_CLASSES[asset_name]
+    return as_run_config(cls(**{k: _enum_value(cls, k, v) for k, v in (values or {}).items()}))
+
+
 NOT_CARRIED = ("validate",)  # a run that turned the gates off does so for itself only
 
 

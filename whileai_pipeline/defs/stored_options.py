@@ -4,7 +4,8 @@ The schedule asks this for every registered run at once. One query per run and a
 each, and a whole event deserialized) took 6.5 s for 1000 runs on SQLite, and grows with each round
 trip's latency on PostgreSQL, inside Dagster's 60 s evaluation timeout. Here each asset costs two
 queries whatever the number of runs: the latest materialization id of every partition, then those
-events by id.
+events by id. The schedule reads those same records for what else each export depended on (its
+``inputs`` and ``code_fingerprint``), with no query of its own.
 """
 
 import dagster as dg
@@ -32,16 +33,26 @@ def _latest_records(instance, asset_key, keys) -> dict:
     return out
 
 
-def stored_run_configs(instance, keys, assets) -> dict:
+def latest_materializations(instance, keys, assets) -> dict:
+    """``{asset name: {key: record}}``: the latest materialization of each of ``assets`` for each of ``keys``
+    that has one, in two queries per asset."""
+    keys = list(keys)
+    return {asset_def.key.to_user_string(): _latest_records(instance, asset_def.key, keys) for asset_def in assets}
+
+
+def stored_run_configs(instance, keys, assets, latest=None) -> dict:
     """``{key: run config}`` for each of ``keys``: the options ``key``'s latest materialization of each asset
     was made with, so a re-export or a new version of the run keeps them instead of the defaults. An asset
-    never materialized, or whose stored options fail today's checks, gets the defaults (no entry)."""
+    never materialized, or whose stored options fail today's checks, gets the defaults (no entry).
+    ``latest``: ``latest_materializations`` of the same keys and assets, when the caller has read them."""
     keys = list(keys)
+    if latest is None:
+        latest = latest_materializations(instance, keys, assets)
     ops = {key: {} for key in keys}
     for asset_def in assets:
         name = asset_def.key.to_user_string()
         checked = {}  # most runs share their options: each distinct set is checked once
-        for key, record in _latest_records(instance, asset_def.key, keys).items():
+        for key, record in latest[name].items():
             options = _options_of(instance, record, name)
             if options is None:
                 continue
