@@ -177,11 +177,12 @@ def test_schedule_skips_when_nothing_registered(sqlite_instance, storage):
 
 
 def test_a_re_export_and_a_new_version_keep_the_options_the_run_was_exported_with(sqlite_instance, storage,
-                                                                                 tmp_path):
+                                                                                 tmp_path, monkeypatch):
     """The schedule used to re-export with the defaults: a run exported with formats [openai] and
     mask_mode final came back as assistant, with TRL files added."""
     from .conftest import Chain
 
+    monkeypatch.setenv("WHILEAI_PIPELINE_REEXPORT", "all")  # nothing changed since: re-exported when asked to
     chain = Chain(storage, sqlite_instance, tmp_path)
     key = chain.register()
     options = {"ops": {"sft_export": {"config": {"formats": ["openai"], "mask_mode": "final"}},

@@ -8,7 +8,8 @@
   settled: not modified for ``$WHILEAI_PIPELINE_SETTLE_SECONDS`` (default 30). A tick hashes files for
   at most ``$WHILEAI_PIPELINE_SENSOR_BUDGET_SECONDS`` (default 20) and leaves the rest to the next one.
 * ``reexport_schedule``: on ``$WHILEAI_PIPELINE_CRON`` (default ``0 3 * * *``, daily at 03:00
-  UTC), one re-export request per registered run.
+  UTC), one re-export request per registered run whose exports would change (its stage files, options
+  or the code changed since its last export; ``$WHILEAI_PIPELINE_REEXPORT=all``: every run).
 
 Both jobs carry ``RETRY_TAGS``: on an instance with ``run_retries: {enabled: true}``, a run whose run
 worker died is re-executed from where it stopped; a run that failed on its data is not.
@@ -20,15 +21,20 @@ import time
 import dagster as dg
 from dagster._utils.schedules import is_valid_cron_string  # the rule ScheduleDefinition applies (Dagster pinned)
 
+from .code_fingerprint import code_fingerprint
 from .assets import ASSET_NAMES, ASSETS, STAGE_PAIRS, STAGE_SCORED, dpo_export, raw_simulation_data, sft_export
 from . import sensor_state
 from .partitions import PARTITIONS_NAME
 from .resources import (DEFAULT_HOME, ENV_HOME, ENV_SENSOR_BUDGET, ENV_SETTLE, RUN_SUFFIX, PipelineStorage, fingerprint,
                         meta_path_for, partition_key_for)
-from .stored_options import stored_run_config, stored_run_configs
+from .stored_options import latest_materializations, stored_run_config, stored_run_configs
+from .unchanged import why_reexport
 
 ENV_CRON = "WHILEAI_PIPELINE_CRON"
 DEFAULT_CRON = "0 3 * * *"
+ENV_REEXPORT = "WHILEAI_PIPELINE_REEXPORT"
+REEXPORT_CHANGED, REEXPORT_ALL = "changed", "all"
+NAMES_SHOWN = 20  # run names a tick log line lists before "and N more"
 DEFAULT_SETTLE_SECONDS = 30.0
 # A third of Dagster's sensor timeout (60 s unless DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS says otherwise):
 # hashing new run files is the tick's only long work, and at about 1 GB/s, 20 s is some 20 GB a tick.
@@ -83,6 +89,25 @@ def _signature(path):
     meta = meta_path_for(path)
     mst = meta.stat() if meta.is_file() else None
     return [st.st_size, st.st_mtime_ns, mst.st_size if mst else None, mst.st_mtime_ns if mst else None]
+
+
+def reexport_mode() -> str:
+    """``$WHILEAI_PIPELINE_REEXPORT``: ``changed`` (the default) re-exports only the runs whose exports would
+    change; ``all`` re-exports every run, as before the schedule compared. Read at each schedule tick."""
+    value = os.environ.get(ENV_REEXPORT)
+    if not value:
+        return REEXPORT_CHANGED
+    if value.strip() not in (REEXPORT_CHANGED, REEXPORT_ALL):
+        raise ValueError(f"${ENV_REEXPORT} must be {REEXPORT_CHANGED!r} (re-export only the runs whose stage files, "
+                         f"options or code changed since their last export; the default) or {REEXPORT_ALL!r} "
+                         f"(every run with stage files, every night), got {value!r}")
+    return value.strip()
+
+
+def _names(keys) -> str:
+    """``a, b, c`` or, past ``NAMES_SHOWN``, the first ones and ``and N more``: 1000 names make no log line."""
+    shown = ", ".join(keys[:NAMES_SHOWN])
+    return shown if len(keys) <= NAMES_SHOWN else f"{shown} and {len(keys) - NAMES_SHOWN} more"
 
 
 def settle_seconds() -> float:
@@ -255,31 +280,61 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
     job=reexport_job,
     execution_timezone="UTC",
     default_status=dg.DefaultScheduleStatus.RUNNING,
-    description=f"Re-exports every registered run that has stage files (job reexport: the two exports and "
-    f"their gates) on ${ENV_CRON} (default '{DEFAULT_CRON}', UTC), each with the options it was last "
-    "exported with. Unchanged inputs and options give byte-identical files (status unchanged); a gate that "
-    "fails leaves the published files as they were.",
+    description=f"Re-exports every registered run that has stage files and whose exports would change (job "
+    f"reexport: the two exports and their gates) on ${ENV_CRON} (default '{DEFAULT_CRON}', UTC), each with the "
+    "options it was last exported with. A run whose stage files, options and code are the same as at its last "
+    "export is not re-exported: its files and numbers stay those of that export. "
+    f"${ENV_REEXPORT}=all re-exports every run (default changed); so does materializing the two exports by "
+    "hand. A gate that fails leaves the published files as they were.",
 )
 def reexport_schedule(context: dg.ScheduleEvaluationContext, storage: PipelineStorage):
+    mode = reexport_mode()  # a bad value fails the tick before anything is read
     keys = sorted(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
     if not keys:
         return dg.SkipReason("no simulation runs registered yet")
     tick = context.scheduled_execution_time.isoformat() if context.scheduled_execution_time else "manual"
-    reexported, skipped = [], []
+    reexportable, skipped = [], []
     for key in keys:
         why = _not_reexportable(storage, key)
         if why:
             skipped.append(f"{key} ({why})")
         else:
-            reexported.append(key)
-    # every run's options in four queries: four round trips per run took 6.5 s at 1000 runs (Dagster
-    # gives an evaluation 60 s)
-    configs = stored_run_configs(context.instance, reexported, EXPORTS)
+            reexportable.append(key)
+    # every run's last export materializations in four queries: four round trips per run took 6.5 s at
+    # 1000 runs (Dagster gives an evaluation 60 s); the options and what else each export depended on
+    # are read from the same records
+    latest = latest_materializations(context.instance, reexportable, EXPORTS)
+    configs = stored_run_configs(context.instance, reexportable, EXPORTS, latest)
+    unchanged, why_by_key = [], {}
+    if mode == REEXPORT_CHANGED:
+        fingerprint = code_fingerprint()
+        for key in reexportable:
+            why = why_reexport(storage, key, configs[key], latest, fingerprint)
+            if why is None:
+                unchanged.append(key)
+            else:
+                why_by_key[key] = why
+    else:
+        why_by_key = {key: f"${ENV_REEXPORT}={REEXPORT_ALL}" for key in reexportable}
     requests = [dg.RunRequest(run_key=f"reexport:{key}:{tick}", partition_key=key, run_config=configs[key])
-                for key in reexported]
+                for key in reexportable if key in why_by_key]
     if skipped:
         context.log.info("not re-exported, as there is nothing to export from: " + "; ".join(skipped))
-    return requests or dg.SkipReason("no registered run has stage files to re-export from: " + "; ".join(skipped))
+    said_unchanged = (f"{len(unchanged)} run(s) not re-exported, as nothing changed since their last export (stage "
+                      f"files, options, code): {_names(unchanged)}; ${ENV_REEXPORT}={REEXPORT_ALL} re-exports them")
+    if unchanged:
+        context.log.info(said_unchanged)
+    if requests:
+        by_reason = {}
+        for key, why in why_by_key.items():
+            by_reason.setdefault(why, []).append(key)
+        context.log.info(f"re-exporting {len(requests)} run(s): " + "; ".join(
+            f"{why}: {_names(group)}" for why, group in sorted(by_reason.items(), key=lambda item: -len(item[1]))))
+        return requests
+    if unchanged:
+        return dg.SkipReason(said_unchanged + ("; not re-exported, as there is nothing to export from: "
+                                               + "; ".join(skipped) if skipped else ""))
+    return dg.SkipReason("no registered run has stage files to re-export from: " + "; ".join(skipped))
 
 
 def _not_reexportable(storage, key):

@@ -1,0 +1,199 @@
+"""The nightly schedule leaves out a run whose exports would come out the same as their last materialization.
+
+Every night used to re-export every run, also when its stage files, options and code were those of its last
+export: byte-identical files (status ``unchanged``) for a run worker, a full read of the stages and some
+400 KB of event log per run. Each test first sees the run left out, then changes one thing and sees it
+requested again, with the reason in the tick's log.
+"""
+
+import datetime
+import os
+import shutil
+
+import dagster as dg
+import pytest
+
+from whileai_pipeline.defs import automation
+
+from .conftest import Chain, export_config
+
+pytestmark = pytest.mark.pipeline
+
+WHEN = datetime.datetime(2026, 1, 2, 3, 0, tzinfo=datetime.timezone.utc)
+EXPORTS = ("sft_export", "dpo_export")
+UPSTREAM = ["raw_simulation_data", "scored_simulation_data", "preference_pairs"]
+
+
+def _schedule(instance, storage):
+    """One tick: (its requests, or [] for a SkipReason; the SkipReason's message or None; what it logged at INFO)."""
+    said = []
+    with dg.build_schedule_context(instance=instance, resources={"storage": storage},
+                                   scheduled_execution_time=WHEN) as context:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(context.log, "info", said.append)
+            result = automation.reexport_schedule(context)
+    if isinstance(result, dg.SkipReason):
+        return [], result.skip_message, said
+    return list(result), None, said
+
+
+def _requested(instance, storage):
+    requests, _, said = _schedule(instance, storage)
+    return sorted(r.partition_key for r in requests), said
+
+
+@pytest.fixture
+def exported(sqlite_instance, storage, tmp_path):
+    """A run exported through its whole chain with the default options: (chain, key)."""
+    chain = Chain(storage, sqlite_instance, tmp_path)
+    key = chain.register()
+    assert chain.materialize(key).success
+    return chain, key
+
+
+def _assert_left_out(chain, key):
+    requests, skip, said = _schedule(chain.instance, chain.storage)
+    assert requests == []
+    assert f"nothing changed since their last export (stage files, options, code): {key};" in skip
+    assert "WHILEAI_PIPELINE_REEXPORT=all" in skip
+    assert any(key in line and "nothing changed" in line for line in said)
+
+
+def _assert_requested_because(chain, key, reason):
+    requested, said = _requested(chain.instance, chain.storage)
+    assert requested == [key]
+    assert any(line.startswith("re-exporting 1 run(s): ") and f"{reason}: {key}" in line for line in said), said
+
+
+def test_a_run_with_nothing_changed_is_not_re_exported(exported):
+    chain, key = exported
+    _assert_left_out(chain, key)
+    _assert_left_out(chain, key)  # the skip records nothing: the next night compares with the same export
+    for name in EXPORTS:
+        records = chain.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(name), asset_partitions=[key]), limit=10).records
+        assert len(records) == 1
+
+
+def test_an_unchanged_run_is_left_out_and_a_changed_one_requested_in_the_same_tick(exported):
+    chain, key = exported
+    other = chain.register(name="other_run")
+    assert chain.materialize(other, selection=UPSTREAM).success  # staged, never exported
+    requested, said = _requested(chain.instance, chain.storage)
+    assert requested == [other]
+    assert any("never exported: other_run" in line for line in said), said
+    assert any("1 run(s) not re-exported, as nothing changed" in line and key in line for line in said), said
+
+
+@pytest.mark.parametrize("asset, stage", [("scored_simulation_data", "scored"), ("preference_pairs", "pairs")])
+def test_a_rewritten_stage_is_re_exported(exported, asset, stage):
+    chain, key = exported
+    _assert_left_out(chain, key)
+    assert chain.materialize(key, selection=[asset]).success  # the same rows, staged again (a new file)
+    export = "sft_export" if stage == "scored" else "dpo_export"  # the other export read another stage
+    _assert_requested_because(chain, key, f"{export}: {stage} stage changed")
+    assert chain.materialize(key, selection=list(EXPORTS)).success  # what the re-export does
+    _assert_left_out(chain, key)
+
+
+def test_a_stage_whose_bytes_are_put_back_by_a_rename_is_re_exported(exported):
+    """The signature is the file's, not its content's: reading a stage to hash it is what the skip saves."""
+    chain, key = exported
+    _assert_left_out(chain, key)
+    pairs = chain.storage.stage_path(key, "pairs")
+    copy = pairs.with_name("copy.jsonl")
+    shutil.copy2(pairs, copy)  # the same bytes and mtime, another inode
+    os.replace(copy, pairs)
+    _assert_requested_because(chain, key, "dpo_export: pairs stage changed")
+
+
+def test_a_stage_sidecar_removed_is_re_exported(exported):
+    chain, key = exported
+    _assert_left_out(chain, key)
+    sidecar = chain.storage.stage_dir(key) / "scored.meta.json"
+    assert sidecar.is_file()  # the sample has one
+    sidecar.unlink()
+    _assert_requested_because(chain, key, "sft_export: scored stage changed")
+
+
+def test_new_code_re_exports_every_run(exported, monkeypatch):
+    chain, key = exported
+    _assert_left_out(chain, key)
+    monkeypatch.setattr(automation, "code_fingerprint", lambda: "0" * 64)
+    _assert_requested_because(chain, key, "new code")
+
+
+def test_a_run_last_exported_with_the_gates_off_is_re_exported(exported):
+    """``validate`` is not carried: the re-export runs the gates, so its files may differ (a refusal)."""
+    chain, key = exported
+    _assert_left_out(chain, key)
+    assert chain.materialize(key, run_config=export_config(validate=False), selection=list(EXPORTS)).success
+    _assert_requested_because(chain, key, "last exported with validate: false")
+    (request,) = _schedule(chain.instance, chain.storage)[0]
+    assert chain.materialize(key, run_config=request.run_config, selection=list(EXPORTS)).success
+    _assert_left_out(chain, key)  # exported with the gates on: nothing to do until something changes
+
+
+def _record_again(chain, key, change):
+    """Record, for both exports, a materialization like their latest one with ``change`` applied to its
+    metadata (a dict of the entries): what another version of the code left."""
+    for name in EXPORTS:
+        record = chain.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(name), asset_partitions=[key]), limit=1).records[0]
+        metadata = dict(record.asset_materialization.metadata)
+        change(metadata)
+        chain.instance.report_runless_asset_event(
+            dg.AssetMaterialization(asset_key=dg.AssetKey(name), partition=key, metadata=metadata))
+
+
+def test_options_that_fail_todays_checks_are_re_exported_with_the_defaults(exported):
+    chain, key = exported
+    _assert_left_out(chain, key)
+
+    def negative_cap(metadata):
+        if "max_tool_output_chars" in metadata["config"].value:
+            metadata["config"] = dg.MetadataValue.json({**metadata["config"].value, "max_tool_output_chars": -1})
+
+    _record_again(chain, key, negative_cap)
+    _assert_requested_because(chain, key, "sft_export: other options (max_tool_output_chars)")
+
+
+def test_an_export_recorded_before_inputs_and_code_were_recorded_is_re_exported(exported):
+    chain, key = exported
+    _assert_left_out(chain, key)
+    _record_again(chain, key, lambda metadata: [metadata.pop(k) for k in ("inputs", "code_fingerprint")])
+    _assert_requested_because(chain, key, "last exported by a version that did not record its inputs")
+
+
+def test_an_export_that_recorded_other_inputs_is_re_exported(exported):
+    chain, key = exported
+    _assert_left_out(chain, key)
+
+    from whileai_pipeline.defs.assets import export_inputs
+
+    def other_inputs(metadata):
+        inputs = export_inputs(chain.storage, key, "dpo_export")
+        if metadata["inputs"].value == inputs:  # dpo_export's: one byte more than the pairs stage has
+            path = str(chain.storage.stage_path(key, "pairs"))
+            size, mtime, inode = inputs[path]
+            metadata["inputs"] = dg.MetadataValue.json({**inputs, path: [size + 1, mtime, inode]})
+
+    _record_again(chain, key, other_inputs)
+    _assert_requested_because(chain, key, "dpo_export: pairs stage changed")
+
+
+def test_reexport_all_requests_every_run(exported, monkeypatch):
+    chain, key = exported
+    _assert_left_out(chain, key)
+    monkeypatch.setenv("WHILEAI_PIPELINE_REEXPORT", "all")
+    _assert_requested_because(chain, key, "$WHILEAI_PIPELINE_REEXPORT=all")
+    monkeypatch.setenv("WHILEAI_PIPELINE_REEXPORT", "changed")
+    _assert_left_out(chain, key)
+
+
+@pytest.mark.parametrize("bad", ["ALL", "every", "1"])
+def test_a_bad_reexport_setting_is_refused_naming_the_variable(sqlite_instance, storage, monkeypatch, bad):
+    monkeypatch.setenv("WHILEAI_PIPELINE_REEXPORT", bad)
+    with pytest.raises(ValueError, match=rf"^\$WHILEAI_PIPELINE_REEXPORT must be 'changed' \(re-export only .*\) or "
+                                         rf"'all' \(every run .*\), got '{bad}'$"):
+        _schedule(sqlite_instance, storage)
