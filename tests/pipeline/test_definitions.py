@@ -133,4 +133,6 @@ def test_automation_descriptions_say_where_when_and_with_which_options_in_plain_
         assert "`" not in text, text
     assert "$WHILEAI_PIPELINE_HOME" in sensor and "$WHILEAI_PIPELINE_SETTLE_SECONDS" in sensor
     assert "$WHILEAI_PIPELINE_CRON" in schedule and "options it was last exported with" in schedule
+    # a run in which nothing changed is left out, and how to have it re-exported anyway
+    assert "is not re-exported" in schedule and "$WHILEAI_PIPELINE_REEXPORT=all" in schedule
     assert "launched by hand" in job and "not the run's last options" in job

@@ -284,8 +284,8 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
     f"reexport: the two exports and their gates) on ${ENV_CRON} (default '{DEFAULT_CRON}', UTC), each with the "
     "options it was last exported with. A run whose stage files, options and code are the same as at its last "
     "export is not re-exported: its files and numbers stay those of that export. "
-    f"${ENV_REEXPORT}=all re-exports every run (default changed); so does materializing the two exports by "
-    "hand. A gate that fails leaves the published files as they were.",
+    f"${ENV_REEXPORT}=all re-exports every run (default changed); materializing a run's two exports by hand "
+    "re-exports that run. A gate that fails leaves the published files as they were.",
 )
 def reexport_schedule(context: dg.ScheduleEvaluationContext, storage: PipelineStorage):
     mode = reexport_mode()  # a bad value fails the tick before anything is read
