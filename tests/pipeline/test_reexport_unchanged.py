@@ -15,7 +15,7 @@ import pytest
 
 from whileai_pipeline.defs import automation
 
-from .conftest import Chain, export_config
+from .conftest import Chain, export_config, leaking_rows, materialization
 
 pytestmark = pytest.mark.pipeline
 
@@ -114,6 +114,21 @@ def test_a_stage_sidecar_removed_is_re_exported(exported):
     assert sidecar.is_file()  # the sample has one
     sidecar.unlink()
     _assert_requested_because(chain, key, "sft_export: scored stage changed")
+
+
+def test_a_refused_export_is_left_out_until_its_stage_changes(sqlite_instance, storage, tmp_path):
+    """A refusal is recorded like an export (status rejected): re-exporting the same stage refuses the same
+    way. New rows staged without their exports (an upstream step run alone) are re-exported."""
+    chain = Chain(storage, sqlite_instance, tmp_path)
+    key = chain.register(leaking_rows()[0])
+    refused = chain.materialize(key)
+    assert not refused.success and materialization(refused, "sft_export")["status"].value == "rejected"
+    _assert_left_out(chain, key)
+    chain.register()  # the rows without the leak
+    assert chain.materialize(key, selection=UPSTREAM).success
+    requested, said = _requested(chain.instance, chain.storage)
+    assert requested == [key]
+    assert any("scored stage changed" in line and "pairs stage changed" in line for line in said), said
 
 
 def test_new_code_re_exports_every_run(exported, monkeypatch):
