@@ -212,3 +212,11 @@ def test_a_bad_reexport_setting_is_refused_naming_the_variable(sqlite_instance, 
     with pytest.raises(ValueError, match=rf"^\$WHILEAI_PIPELINE_REEXPORT must be 'changed' \(re-export only .*\) or "
                                          rf"'all' \(every run .*\), got '{bad}'$"):
         _schedule(sqlite_instance, storage)
+
+
+def test_the_tick_log_names_twenty_runs_and_counts_the_rest():
+    """1000 runs left out make one short line, not 1000 names."""
+    keys = [f"run_{i:04d}" for i in range(1000)]
+    said = automation._names(keys)
+    assert said == ", ".join(keys[:20]) + " and 980 more"
+    assert automation._names(keys[:20]) == ", ".join(keys[:20])
