@@ -116,6 +116,28 @@ def test_a_stage_sidecar_removed_is_re_exported(exported):
     _assert_requested_because(chain, key, "sft_export: scored stage changed")
 
 
+@pytest.mark.parametrize("change", ["removed", "edited", "report removed"])
+def test_a_published_file_removed_or_edited_by_hand_is_re_exported_and_put_back(exported, change):
+    """A re-export with nothing changed would publish the same bytes, also over a file someone removed or
+    edited: the last export recorded what it left in published/, so the schedule sees the difference."""
+    chain, key = exported
+    _assert_left_out(chain, key)
+    published = chain.storage.published_path(key, "dpo", "openai")
+    report = published.with_name(published.name[:-len(".jsonl")] + ".report.json")
+    before = published.read_bytes(), report.read_bytes()
+    if change == "removed":
+        published.unlink()
+    elif change == "edited":
+        with open(published, "ab") as fh:
+            fh.write(b'{"hand": "edit"}\n')
+    else:
+        report.unlink()
+    _assert_requested_because(chain, key, "dpo_export: published files changed since")
+    assert chain.materialize(key, selection=list(EXPORTS)).success  # what the re-export does
+    assert (published.read_bytes(), report.read_bytes()) == before
+    _assert_left_out(chain, key)
+
+
 def test_a_refused_export_is_left_out_until_its_stage_changes(sqlite_instance, storage, tmp_path):
     """A refusal is recorded like an export (status rejected): re-exporting the same stage refuses the same
     way. New rows staged without their exports (an upstream step run alone) are re-exported."""

@@ -34,7 +34,7 @@ from .config import (FORMATS, ConfigFileError, DpoExportConfig, OnBadLine, Pairs
                      SftExportConfig, as_run_config, check_run_config)
 from .partitions import simulation_runs
 from . import journal
-from .publishing import GATES, discard, failed_gates, publish, reject, rejected_dir_name, same_refusal
+from .publishing import GATES, discard, failed_gates, publish, reject, rejected_dir_name, report_file, same_refusal
 from .resources import ENV_SETTLE, PartitionLockedError, PipelineStorage, copy_atomic, fingerprint, meta_path_for
 from .summaries import RawStats, dpo_numbers, export_summary_markdown, raw_facts, real, sft_numbers
 
@@ -427,6 +427,7 @@ def preference_pairs(
 
 # the stage each export reads (sft_export builds sft_source from the scored stage and its sidecar)
 EXPORT_STAGES = {"sft_export": STAGE_SCORED, "dpo_export": STAGE_PAIRS}
+EXPORT_KINDS = {"sft_export": "sft", "dpo_export": "dpo"}
 
 
 def export_inputs(storage, key, asset_name) -> dict:
@@ -435,8 +436,22 @@ def export_inputs(storage, key, asset_name) -> dict:
     since (a stage is replaced by a rename: a new inode) from the same file, without reading it. The paths
     are absolute: the reports name the stage, so the same bytes under another root are another export."""
     stage = storage.stage_path(key, EXPORT_STAGES[asset_name])
+    return _stats((stage, meta_path_for(stage)))
+
+
+def export_outputs(storage, key, asset_name) -> dict:
+    """``{path: [size, mtime_ns, inode] or None}`` of what ``published/<run>/`` holds of the export ``asset_name``
+    (each format's file and its report), recorded as ``outputs`` at the end of the export: a re-export that
+    changes nothing leaves them untouched, so a file removed or edited by hand since is a reason to export
+    the run again."""
+    kind = EXPORT_KINDS[asset_name]
+    files = [storage.published_path(key, kind, fmt) for fmt in FORMATS]
+    return _stats([p for path in files for p in (path, report_file(path))])
+
+
+def _stats(paths) -> dict:
     out = {}
-    for path in (stage, meta_path_for(stage)):
+    for path in paths:
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -596,6 +611,7 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
     metadata["config"] = dg.MetadataValue.json(as_run_config(config))  # what a re-export runs with
     # what else the files depend on: the schedule skips the run while all three stay the same
     metadata["inputs"] = dg.MetadataValue.json(inputs)
+    metadata["outputs"] = dg.MetadataValue.json(export_outputs(storage, key, f"{kind}_export"))
     metadata["code_fingerprint"] = code_fingerprint()
     if blocked and not _gates_run_after(context):
         raise dg.Failure(

@@ -1,15 +1,16 @@
 """Whether a run's exports would come out the same as their last materializations, without reading a stage.
 
 An export's files depend on the stage it reads (and its sidecar), on its options and on the code. Each
-export materialization records all three (``inputs``, ``config``, ``code_fingerprint``). When both exports'
-latest materializations record what a re-export would run with now, that re-export rewrites byte-identical
+export materialization records all three (``inputs``, ``config``, ``code_fingerprint``), and what it left
+in ``published/`` (``outputs``), so a published file removed or edited by hand is exported again. When
+both exports' latest materializations record what a re-export would run with now, that re-export rewrites byte-identical
 files (status ``unchanged``), and the schedule leaves the run out: each such re-export cost a run worker,
 a full read of the stages (seconds to tens of seconds for a big run) and some 400 KB of event log.
 """
 
 from typing import Optional
 
-from .assets import EXPORT_STAGES, export_inputs
+from .assets import EXPORT_STAGES, export_inputs, export_outputs
 from .config import resolved_config
 
 
@@ -23,7 +24,8 @@ def why_reexport(storage, key, run_config, latest, fingerprint) -> Optional[str]
         record = latest.get(name, {}).get(key)
         metadata = record.asset_materialization.metadata if record is not None else None
         values = (ops.get(name) or {}).get("config") or {}
-        why = _why_export_again(name, metadata, export_inputs(storage, key, name), values, fingerprint)
+        why = _why_export_again(name, metadata, export_inputs(storage, key, name), export_outputs(storage, key, name),
+                                values, fingerprint)
         if why:
             reasons[name] = why
     if not reasons:
@@ -33,20 +35,22 @@ def why_reexport(storage, key, run_config, latest, fingerprint) -> Optional[str]
     return "; ".join(f"{name}: {why}" for name, why in reasons.items())
 
 
-def _why_export_again(name, metadata, inputs, values, fingerprint) -> Optional[str]:
+def _why_export_again(name, metadata, inputs, outputs, values, fingerprint) -> Optional[str]:
     """Why export ``name`` would not come out as its latest materialization (``metadata``, None when there is
-    none) did, or None when it recorded these ``inputs``, the options the run config ``values`` give, and
-    the code ``fingerprint``."""
+    none) did, or None when it recorded these ``inputs``, left these ``outputs`` in ``published/``, and
+    recorded the options the run config ``values`` give and the code ``fingerprint``."""
     if metadata is None:
         return "never exported"
     recorded = {entry: metadata[entry].value if entry in metadata else None
-                for entry in ("code_fingerprint", "inputs", "config")}
+                for entry in ("code_fingerprint", "inputs", "outputs", "config")}
     if any(value is None for value in recorded.values()):
         return "last exported by a version that did not record its inputs"
     if recorded["code_fingerprint"] != fingerprint:
         return "new code"
     if recorded["inputs"] != inputs:
         return f"{EXPORT_STAGES[name]} stage changed"
+    if recorded["outputs"] != outputs:
+        return "published files changed since"
     now = resolved_config(name, values)
     before = recorded["config"]
     if before == now:
