@@ -11,7 +11,7 @@ import inspect
 import dagster as dg
 import pytest
 
-from whileai_pipeline.defs.assets import dpo_export, export_inputs, sft_export
+from whileai_pipeline.defs.assets import dpo_export, export_inputs, export_outputs, sft_export
 from whileai_pipeline.defs.automation import reexport_schedule
 from whileai_pipeline.defs.code_fingerprint import code_fingerprint
 from whileai_pipeline.defs.config import CONFIG_CLASSES, as_run_config
@@ -31,12 +31,13 @@ def _stage(storage, key):
 
 def _exported_with(instance, storage, key, asset, formats):
     """A materialization of ``asset`` for ``key`` recording what an export records of what it ran with: its
-    options (``config``: all of them, as the asset stores them), its stage files (``inputs``) and the code."""
+    options (``config``: all of them, as the asset stores them), its stage files (``inputs``), what it left
+    in published/ (``outputs``) and the code."""
     name = asset.key.to_user_string()
     config = as_run_config(CONFIG_CLASSES[name](formats=formats))
     instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=asset.key, partition=key, metadata={
         "config": dg.MetadataValue.json(config), "inputs": dg.MetadataValue.json(export_inputs(storage, key, name)),
-        "code_fingerprint": code_fingerprint()}))
+        "outputs": dg.MetadataValue.json(export_outputs(storage, key, name)), "code_fingerprint": code_fingerprint()}))
 
 
 def _runs(instance, storage, n):
