@@ -13,7 +13,8 @@ import shutil
 import dagster as dg
 import pytest
 
-from whileai_pipeline.defs import automation
+from whileai_pipeline.defs import automation, journal
+from whileai_pipeline.defs.assets import EXPORT_KINDS
 
 from .conftest import Chain, export_config, leaking_rows, materialization
 
@@ -242,3 +243,25 @@ def test_the_tick_log_names_twenty_runs_and_counts_the_rest():
     said = automation._names(keys)
     assert said == ", ".join(keys[:20]) + " and 980 more"
     assert automation._names(keys[:20]) == ", ".join(keys[:20])
+
+
+
+@pytest.mark.parametrize("stage, export", [("scored", "sft_export"), ("pairs", "dpo_export")])
+def test_new_rows_a_killed_step_left_to_be_put_in_place_are_re_exported(exported, stage, export):
+    """A step killed between writing its journal and the first rename leaves the stage files as they were,
+    but the next step of the run puts its new rows in place before it reads anything: a re-export would
+    publish other files, so the run is requested."""
+    chain, key = exported
+    _assert_left_out(chain, key)
+    path = chain.storage.stage_path(key, stage)
+    incoming = path.with_name(f".{path.name}.incoming")
+    incoming.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:-1]))  # one row fewer
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(journal, "finish", lambda _journal: None)  # killed once the journal is written
+        journal.commit(path.with_name(f".{path.stem}{journal.SUFFIX}"), [(incoming, path)])
+    published = chain.storage.published_path(key, EXPORT_KINDS[export], "openai")
+    before = published.read_bytes()
+    _assert_requested_because(chain, key, "a killed step left renames to finish")
+    assert chain.materialize(key, selection=list(EXPORTS)).success  # what the re-export does
+    assert published.read_bytes() != before  # the rows the killed step staged
+    _assert_left_out(chain, key)

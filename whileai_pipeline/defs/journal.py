@@ -51,7 +51,13 @@ def finish(journal: Path) -> None:
 def finish_all(stage_dir: Path) -> list:
     """Finish the journals a killed step left in a run's stage folder and its candidate folders; returns
     them. Call it holding the run's lock, before anything else of the run is read or written."""
-    journals = sorted(Path(stage_dir).glob(f".*{SUFFIX}")) + sorted(Path(stage_dir).glob(f"candidates/*/*{SUFFIX}"))
+    journals = pending(stage_dir)
     for journal in journals:
         finish(journal)
     return [str(j) for j in journals]
+
+
+def pending(stage_dir: Path) -> list:
+    """The journals a killed step left in a run's stage folder and its candidate folders: renames the next
+    step of the run carries out before it reads anything (the schedule re-exports such a run)."""
+    return sorted(Path(stage_dir).glob(f".*{SUFFIX}")) + sorted(Path(stage_dir).glob(f"candidates/*/*{SUFFIX}"))

@@ -10,6 +10,7 @@ a full read of the stages (seconds to tens of seconds for a big run) and some 40
 
 from typing import Optional
 
+from . import journal
 from .assets import EXPORT_STAGES, export_inputs, export_outputs
 from .config import resolved_config
 
@@ -18,6 +19,10 @@ def why_reexport(storage, key, run_config, latest, fingerprint) -> Optional[str]
     """Why run ``key`` must be re-exported (a few words for the tick log), or None when neither export
     would change. ``run_config``: what the schedule would request for it; ``latest``:
     ``stored_options.latest_materializations`` of the exports; ``fingerprint``: today's ``code_fingerprint``."""
+    if journal.pending(storage.stage_dir(key)):
+        # a step killed before its renames: the next step puts its files in place before it reads them
+        # (new rows under the same stage names), which the stage files' signatures cannot tell
+        return "a killed step left renames to finish"
     ops = run_config.get("ops") or {}
     reasons = {}
     for name in EXPORT_STAGES:
