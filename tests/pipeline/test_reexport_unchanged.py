@@ -9,12 +9,14 @@ requested again, with the reason in the tick's log.
 import datetime
 import os
 import shutil
+from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from whileai_pipeline.defs import automation, journal
 from whileai_pipeline.defs.assets import EXPORT_KINDS
+from whileai_pipeline.defs.code_fingerprint import code_fingerprint, code_fingerprint_on_disk
 
 from .conftest import Chain, export_config, leaking_rows, materialization
 
@@ -157,7 +159,7 @@ def test_a_refused_export_is_left_out_until_its_stage_changes(sqlite_instance, s
 def test_new_code_re_exports_every_run(exported, monkeypatch):
     chain, key = exported
     _assert_left_out(chain, key)
-    monkeypatch.setattr(automation, "code_fingerprint", lambda: "0" * 64)
+    monkeypatch.setattr(automation, "code_fingerprint_on_disk", lambda: "0" * 64)
     _assert_requested_because(chain, key, "new code")
 
 
@@ -265,3 +267,58 @@ def test_new_rows_a_killed_step_left_to_be_put_in_place_are_re_exported(exported
     assert chain.materialize(key, selection=list(EXPORTS)).success  # what the re-export does
     assert published.read_bytes() != before  # the rows the killed step staged
     _assert_left_out(chain, key)
+
+
+@pytest.fixture
+def package_on_disk(tmp_path, monkeypatch):
+    """A copy of the package where the fingerprint looks for the installed one: what a new run worker
+    would import, which a test edits as a deploy (or an edit) after this process imported the package."""
+    import whileai_pipeline
+
+    root = Path(whileai_pipeline.__file__).resolve().parent
+    copy = tmp_path / "site-packages" / "whileai_pipeline"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(whileai_pipeline, "__file__", str(copy / "__init__.py"))
+    return copy
+
+
+@pytest.mark.parametrize("edited", ["before the export", "after the export"])
+def test_code_changed_on_disk_after_the_process_started_is_re_exported(sqlite_instance, storage, tmp_path,
+                                                                       package_on_disk, edited):
+    """A code server lives for days and a run worker imports the code once: an upgrade installed meanwhile
+    is what the next run workers run. The schedule used the fingerprint its process took once, and an
+    export the one it read at its first export: the run was left out with the files of the old code."""
+    chain = Chain(storage, sqlite_instance, tmp_path)
+    key = chain.register()
+    module = package_on_disk / "core" / "sft.py"
+    if edited == "before the export":  # an upgrade while the run worker runs the chain
+        module.write_bytes(module.read_bytes() + b"\n# upgraded\n")
+    assert chain.materialize(key).success
+    if edited == "after the export":
+        module.write_bytes(module.read_bytes() + b"\n# upgraded\n")
+    _assert_requested_because(chain, key, "new code")
+
+
+def test_the_fingerprint_reads_every_file_of_the_package_but_its_bytecode_cache(package_on_disk):
+    """An install without sources (sourceless ``.pyc``) or a data file the code reads is code too; the
+    ``__pycache__`` that Python writes at import is not (the code server and run workers write their own)."""
+    before = code_fingerprint_on_disk()
+    assert before == code_fingerprint()  # the copy is the package this process imported
+    (package_on_disk / "core" / "__pycache__").mkdir(exist_ok=True)
+    (package_on_disk / "core" / "__pycache__" / "sft.cpython-311.pyc").write_bytes(b"bytecode")
+    assert code_fingerprint_on_disk() == before
+    for path in package_on_disk.rglob("*.py"):  # an install of compiled modules only
+        path.with_suffix(".pyc").write_bytes(b"compiled " + path.read_bytes())
+        path.unlink()
+    sourceless = code_fingerprint_on_disk()
+    sft = package_on_disk / "core" / "sft.pyc"
+    sft.write_bytes(sft.read_bytes() + b"upgraded")
+    assert code_fingerprint_on_disk() not in (before, sourceless)
+
+
+def test_a_package_the_fingerprint_cannot_read_is_never_taken_as_unchanged(tmp_path, monkeypatch):
+    """Imported from a zip, say: no file to hash, so no fingerprint can see a change; each call differs."""
+    import whileai_pipeline
+
+    monkeypatch.setattr(whileai_pipeline, "__file__", str(tmp_path / "app.zip" / "whileai_pipeline" / "__init__.py"))
+    assert code_fingerprint_on_disk() != code_fingerprint_on_disk()

@@ -21,7 +21,7 @@ import time
 import dagster as dg
 from dagster._utils.schedules import is_valid_cron_string  # the rule ScheduleDefinition applies (Dagster pinned)
 
-from .code_fingerprint import code_fingerprint
+from .code_fingerprint import code_fingerprint_on_disk
 from .assets import ASSET_NAMES, ASSETS, STAGE_PAIRS, STAGE_SCORED, dpo_export, raw_simulation_data, sft_export
 from . import sensor_state
 from .partitions import PARTITIONS_NAME
@@ -307,7 +307,7 @@ def reexport_schedule(context: dg.ScheduleEvaluationContext, storage: PipelineSt
     configs = stored_run_configs(context.instance, reexportable, EXPORTS, latest)
     unchanged, why_by_key = [], {}
     if mode == REEXPORT_CHANGED:
-        fingerprint = code_fingerprint()
+        fingerprint = code_fingerprint_on_disk()  # what the run workers it launches would import
         for key in reexportable:
             why = why_reexport(storage, key, configs[key], latest, fingerprint)
             if why is None:
