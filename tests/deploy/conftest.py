@@ -266,6 +266,38 @@ def start_code_server(procs, env, port, timeout):
     return proc
 
 
+# A scorer that blocks mid-step, for the tests that kill what runs a step. Where $WHILEAI_TEST_SCORER_GATE
+# is set (the processes that run steps), the 5th row a process scores, while <gate>/release does not exist,
+# writes "<pid> <parent pid>" to <gate>/started and waits for <gate>/release; elsewhere (the test's own
+# process) it only keeps rewards. ``write_blocking_scorer`` puts it where those processes import it.
+BLOCKING_SCORER = '''
+import os, time
+from pathlib import Path
+
+def score(row):
+    gate = os.environ.get("WHILEAI_TEST_SCORER_GATE")
+    if gate:
+        gate = Path(gate)
+        calls = gate / f"calls.{os.getpid()}"
+        with open(calls, "a") as fh:
+            fh.write("x")
+        if calls.stat().st_size == 5 and not (gate / "release").exists():
+            (gate / "started.tmp").write_text(f"{os.getpid()} {os.getppid()}")
+            os.replace(gate / "started.tmp", gate / "started")
+            while not (gate / "release").exists():
+                time.sleep(0.05)
+    return row.get("reward")
+'''
+BLOCKING_SCORER_SPEC = "whileai_test_blocking_scorer:score"
+BLOCKING_SCORED = {"ops": {"scored_simulation_data": {"config": {"scorer": BLOCKING_SCORER_SPEC}}}}
+
+
+def write_blocking_scorer(mods):
+    """Write ``BLOCKING_SCORER`` as an importable module into the folder ``mods`` (put it on PYTHONPATH)."""
+    Path(mods).mkdir(parents=True, exist_ok=True)
+    (Path(mods) / f"{BLOCKING_SCORER_SPEC.split(':')[0]}.py").write_text(BLOCKING_SCORER)
+
+
 def wait_for(predicate, timeout, what, procs=None, interval=0.25):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

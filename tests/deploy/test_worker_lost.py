@@ -26,7 +26,7 @@ import time
 import pytest
 import yaml
 
-from .conftest import DEPLOY, instance_from, need, wait_for
+from .conftest import BLOCKING_SCORED, DEPLOY, instance_from, need, wait_for, write_blocking_scorer
 
 need("dagster_postgres")
 need("dagster_celery")
@@ -44,25 +44,7 @@ pytestmark = pytest.mark.distributed
 WORKERS = ("worker-1", "worker-2")
 VISIBILITY_TIMEOUT = 4  # seconds; deploy/distributed/celery.yaml says 3600
 
-SCORER = '''
-import os, time
-from pathlib import Path
-
-def score(row):
-    gate = os.environ.get("WHILEAI_TEST_SCORER_GATE")
-    if gate:
-        gate = Path(gate)
-        calls = gate / f"calls.{os.getpid()}"
-        with open(calls, "a") as fh:
-            fh.write("x")
-        if calls.stat().st_size == 5 and not (gate / "release").exists():
-            (gate / "started.tmp").write_text(str(os.getpid()))
-            os.replace(gate / "started.tmp", gate / "started")
-            while not (gate / "release").exists():
-                time.sleep(0.05)
-    return row.get("reward")
-'''
-SCORED = {"ops": {"scored_simulation_data": {"config": {"scorer": "whileai_test_worker_lost_scorer:score"}}}}
+SCORED = BLOCKING_SCORED  # deploy/conftest.py: blocks on a pool process's 5th row until released
 
 
 def _leftovers(storage, key):
@@ -109,9 +91,8 @@ def _finish(thread, out, timeout, what, procs):
 def test_a_killed_pool_process_fails_the_run_and_a_lost_worker_s_step_is_redelivered(
         tmp_path, pg_env, redis_broker, procs, monkeypatch):
     mods, gate = tmp_path / "mods", tmp_path / "gate"
-    mods.mkdir()
     gate.mkdir()
-    (mods / "whileai_test_worker_lost_scorer.py").write_text(SCORER)
+    write_blocking_scorer(mods)
     monkeypatch.syspath_prepend(str(mods))
     monkeypatch.delenv("WHILEAI_TEST_SCORER_GATE", raising=False)
     root = tmp_path / "whileai"
@@ -176,7 +157,7 @@ def test_a_killed_pool_process_fails_the_run_and_a_lost_worker_s_step_is_redeliv
         run_config = {**config, "resources": {"storage": {"config": {"root": str(root)}}}, **SCORED}
 
         def scoring_pid():
-            return (gate / "started").is_file() and int((gate / "started").read_text())
+            return (gate / "started").is_file() and int((gate / "started").read_text().split()[0])
 
         def worker_of(pid):
             (name,) = [n for n, proc in workers.items() if os.getpgid(pid) == proc.pid]

@@ -30,36 +30,17 @@ import dagster as dg
 import pytest
 import yaml
 
-from deploy.conftest import DEPLOY, REPO, Procs, free_port, start_code_server, wait_for
+from deploy.conftest import (BLOCKING_SCORED, DEPLOY, REPO, Procs, free_port, start_code_server, wait_for,
+                             write_blocking_scorer)
 from pipeline.conftest import Chain, leaking_rows, sample_rows, tree_bytes
 from whileai_pipeline.defs.automation import RETRY_TAGS
 from whileai_pipeline.defs.resources import LEFTOVER_SUFFIXES, PipelineStorage
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
-# The scorer of the interrupted run. Where $WHILEAI_TEST_SCORER_GATE is set (the code server and the
-# run workers it starts), the 5th row it scores, in the first run only, writes "<pid> <parent pid>"
-# to <gate>/started and waits for <gate>/release; elsewhere (this test's process) it only keeps rewards.
-SCORER = '''
-import os, time
-from pathlib import Path
-
-def score(row):
-    gate = os.environ.get("WHILEAI_TEST_SCORER_GATE")
-    if gate:
-        gate = Path(gate)
-        calls = gate / f"calls.{os.getpid()}"
-        with open(calls, "a") as fh:
-            fh.write("x")
-        if calls.stat().st_size == 5 and not (gate / "release").exists():
-            (gate / "started.tmp").write_text(f"{os.getpid()} {os.getppid()}")
-            os.replace(gate / "started.tmp", gate / "started")
-            while not (gate / "release").exists():
-                time.sleep(0.05)
-    return row.get("reward")
-'''
-SCORER_SPEC = "whileai_test_blocking_scorer:score"
-SCORED = {"ops": {"scored_simulation_data": {"config": {"scorer": SCORER_SPEC}}}}
+# The interrupted run scores with BLOCKING_SCORER (deploy/conftest.py): in the first run only, it blocks
+# on the 5th row in the run worker until the test releases it.
+SCORED = BLOCKING_SCORED
 
 INSTANCE_YAML = {
     "run_coordinator": {
@@ -117,9 +98,8 @@ def test_a_killed_run_worker_is_retried_to_the_exports_and_a_failed_gate_is_not(
     home.mkdir()
     (home / "dagster.yaml").write_text(yaml.safe_dump(INSTANCE_YAML))
     mods, gate = tmp_path / "mods", tmp_path / "gate"
-    mods.mkdir()
     gate.mkdir()
-    (mods / "whileai_test_blocking_scorer.py").write_text(SCORER)
+    write_blocking_scorer(mods)
     monkeypatch.syspath_prepend(str(mods))
     monkeypatch.delenv("WHILEAI_TEST_SCORER_GATE", raising=False)
     storage = PipelineStorage(root=str(tmp_path / "whileai"))
