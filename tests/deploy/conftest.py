@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -296,6 +297,37 @@ def write_blocking_scorer(mods):
     """Write ``BLOCKING_SCORER`` as an importable module into the folder ``mods`` (put it on PYTHONPATH)."""
     Path(mods).mkdir(parents=True, exist_ok=True)
     (Path(mods) / f"{BLOCKING_SCORER_SPEC.split(':')[0]}.py").write_text(BLOCKING_SCORER)
+
+
+class JobThread:
+    """``execute_job`` in a daemon thread (this process is the run worker; the steps run in Celery workers),
+    so a lost worker fails a test instead of hanging it. ``collect(result)`` returns what to keep of the
+    result while it is open (the run id is always kept)."""
+
+    def __init__(self, recon, instance, run_config, key, collect=None):
+        import dagster as dg  # here: this conftest is also loaded where Dagster's extras are not installed
+
+        self.out = {}
+
+        def target():
+            try:
+                with dg.execute_job(recon, instance=instance, run_config=run_config,
+                                    tags={"dagster/partition": key}, raise_on_error=False) as result:
+                    self.out["run_id"] = result.run_id
+                    self.out.update(collect(result) if collect else {})
+            except BaseException as exc:  # re-raised in the test's thread, by finish
+                self.out["error"] = exc
+
+        self.thread = threading.Thread(target=target, name=f"celery-run-{key}", daemon=True)
+        self.thread.start()
+
+    def finish(self, timeout, what, procs) -> dict:
+        """Wait up to ``timeout`` seconds for the run to end; what ``collect`` kept, and ``run_id``."""
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"{what}: the run did not end within {timeout}s\n{procs.logs()}"
+        if "error" in self.out:
+            raise self.out["error"]
+        return self.out
 
 
 def wait_for(predicate, timeout, what, procs=None, interval=0.25):

@@ -16,12 +16,11 @@ under the same root, so even the reports' absolute paths must come out identical
 import os
 import shutil
 import sys
-import threading
 import time
 
 import pytest
 
-from .conftest import DEPLOY, instance_from, need, wait_for
+from .conftest import DEPLOY, JobThread, instance_from, need, wait_for
 
 need("dagster_postgres")
 need("dagster_celery")
@@ -45,30 +44,14 @@ def _stable(report):
     return {k: v for k, v in report.items() if k not in VOLATILE}
 
 
-def _execute_bounded(recon, instance, run_config, key, procs):
-    """``execute_job`` in a thread, so a lost worker fails the test instead of hanging it."""
-    out = {}
-
-    def target():
-        try:
-            with dg.execute_job(recon, instance=instance, run_config=run_config,
-                                tags={"dagster/partition": key}, raise_on_error=False) as result:
-                out["success"] = result.success
-                out["run_id"] = result.run_id
-                out["events"] = list(result.all_events)
-                out["materializations"] = {
-                    a: materialization(result, a) for a in ("sft_export", "dpo_export")} if result.success else {}
-                out["checks"] = check_results(result)
-        except BaseException as exc:  # reported below, in the test's thread
-            out["error"] = exc
-
-    thread = threading.Thread(target=target, name=f"celery-run-{key}", daemon=True)
-    thread.start()
-    thread.join(RUN_TIMEOUT)
-    assert not thread.is_alive(), f"run for {key} did not finish in {RUN_TIMEOUT}s\n{procs.logs()}"
-    if "error" in out:
-        raise out["error"]
-    return out
+def _collect(result) -> dict:
+    return {
+        "success": result.success,
+        "events": list(result.all_events),
+        "materializations": {a: materialization(result, a) for a in ("sft_export", "dpo_export")}
+        if result.success else {},
+        "checks": check_results(result),
+    }
 
 
 def test_chain_for_two_runs_on_celery_workers_is_byte_identical_to_in_process(
@@ -130,7 +113,7 @@ def test_chain_for_two_runs_on_celery_workers_is_byte_identical_to_in_process(
         used_workers = set()
         for key in keys:
             started = time.monotonic()
-            out = _execute_bounded(recon, instance, run_config, key, procs)
+            out = JobThread(recon, instance, run_config, key, _collect).finish(RUN_TIMEOUT, f"run for {key}", procs)
             outcome = "succeeded" if out["success"] else "FAILED"
             print(f"{key}: celery run {outcome} in {time.monotonic() - started:.1f}s")
             assert out["success"], procs.logs()

@@ -20,13 +20,12 @@ scoring until the test releases it, so the kill lands mid-step with the scored s
 import os
 import signal
 import sys
-import threading
 import time
 
 import pytest
 import yaml
 
-from .conftest import BLOCKING_SCORED, DEPLOY, instance_from, need, wait_for, write_blocking_scorer
+from .conftest import BLOCKING_SCORED, DEPLOY, JobThread, instance_from, need, wait_for, write_blocking_scorer
 
 need("dagster_postgres")
 need("dagster_celery")
@@ -61,31 +60,6 @@ def _scoring_workers(instance, run_id):
     return [e.dagster_event.event_specific_data.metadata["Celery worker"].value.split("@")[0]
             for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)
             if e.step_key == "scored_simulation_data" and "in celery worker" in (e.message or "")]
-
-
-def _start_run(recon, instance, run_config, key):
-    """``execute_job`` in a daemon thread (this process is the run worker); returns (thread, out)."""
-    out = {}
-
-    def target():
-        try:
-            with dg.execute_job(recon, instance=instance, run_config=run_config,
-                                tags={"dagster/partition": key}, raise_on_error=False) as result:
-                out["run_id"] = result.run_id
-        except BaseException as exc:  # re-raised in the test's thread
-            out["error"] = exc
-
-    thread = threading.Thread(target=target, name=f"celery-run-{key}", daemon=True)
-    thread.start()
-    return thread, out
-
-
-def _finish(thread, out, timeout, what, procs):
-    thread.join(timeout)
-    assert not thread.is_alive(), f"{what}: the run did not end within {timeout}s\n{procs.logs()}"
-    if "error" in out:
-        raise out["error"]
-    return out["run_id"]
 
 
 def test_a_killed_pool_process_fails_the_run_and_a_lost_worker_s_step_is_redelivered(
@@ -164,14 +138,14 @@ def test_a_killed_pool_process_fails_the_run_and_a_lost_worker_s_step_is_redeliv
             return name
 
         # --- 1. the pool process that runs the step is SIGKILLed
-        thread, out = _start_run(recon, instance, run_config, key)
+        job = JobThread(recon, instance, run_config, key)
         pid = wait_for(scoring_pid, 60, "the first run to start scoring", procs)
         scoring = worker_of(pid)
         os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
         left = _leftovers(storage, key)
         (gate / "release").write_text("")
-        run_id = _finish(thread, out, 30, "pool process killed", procs)
+        run_id = job.finish(30, "pool process killed", procs)["run_id"]
         print(f"pool process killed: run ended in {time.monotonic() - killed:.1f}s; it left {left}")
         run = instance.get_run_by_id(run_id)
         assert run.status == dg.DagsterRunStatus.FAILURE
@@ -188,7 +162,7 @@ def test_a_killed_pool_process_fails_the_run_and_a_lost_worker_s_step_is_redeliv
         # --- 2. the whole worker running the step is SIGKILLed (a lost machine)
         for name in ("started", "release"):
             (gate / name).unlink()
-        thread, out = _start_run(recon, instance, run_config, key)
+        job = JobThread(recon, instance, run_config, key)
         pid = wait_for(scoring_pid, 60, "the second run to start scoring", procs)
         lost = worker_of(pid)
         os.killpg(workers[lost].pid, signal.SIGKILL)
@@ -196,7 +170,7 @@ def test_a_killed_pool_process_fails_the_run_and_a_lost_worker_s_step_is_redeliv
         left = _leftovers(storage, key)
         (gate / "release").write_text("")
         # redelivered after the visibility timeout, at the next sweep (every 10 s)
-        run_id = _finish(thread, out, VISIBILITY_TIMEOUT + 40, f"worker {lost} killed", procs)
+        run_id = job.finish(VISIBILITY_TIMEOUT + 40, f"worker {lost} killed", procs)["run_id"]
         print(f"worker {lost} killed: step redelivered and run ended in {time.monotonic() - killed:.1f}s; "
               f"it left {left}")
         run = instance.get_run_by_id(run_id)
