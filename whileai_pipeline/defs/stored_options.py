@@ -5,7 +5,7 @@ each, and a whole event deserialized) took 6.5 s for 1000 runs on SQLite, and gr
 trip's latency on PostgreSQL, inside Dagster's 60 s evaluation timeout. Here each asset costs two
 queries whatever the number of runs: the latest materialization id of every partition, then those
 events by id. The schedule reads those same records for what else each export depended on (its
-``inputs`` and ``code_fingerprint``), with no query of its own.
+``inputs``, ``outputs`` and ``code_fingerprint``), with no query of its own.
 """
 
 import dagster as dg

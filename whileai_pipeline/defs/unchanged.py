@@ -3,9 +3,10 @@
 An export's files depend on the stage it reads (and its sidecar), on its options and on the code. Each
 export materialization records all three (``inputs``, ``config``, ``code_fingerprint``), and what it left
 in ``published/`` (``outputs``), so a published file removed or edited by hand is exported again. When
-both exports' latest materializations record what a re-export would run with now, that re-export rewrites byte-identical
-files (status ``unchanged``), and the schedule leaves the run out: each such re-export cost a run worker,
-a full read of the stages (seconds to tens of seconds for a big run) and some 400 KB of event log.
+both exports' latest materializations record what a re-export would run with now, that re-export rewrites
+byte-identical files (status ``unchanged``), and the schedule leaves the run out: each such re-export
+cost a run worker, a full read of the stages (seconds to tens of seconds for a big run) and some 400 KB
+of event log.
 """
 
 from typing import Optional
