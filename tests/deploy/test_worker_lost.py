@@ -2,11 +2,11 @@
 
 Two ``dagster-celery`` workers (one pool process each) started from deploy/distributed/celery.yaml
 as it is for the first case, and again for the second with one change, a visibility timeout of
-seconds instead of an hour so the test waits seconds; a private Redis and PostgreSQL (conftest);
-the chain of deploy/distributed/definitions.py orchestrated from this process with the same file as
-run config. A ``module:function`` scorer, where
-``$WHILEAI_TEST_SCORER_GATE`` is set (the workers), blocks on the 5th row of a pool process's first
-scoring until the test releases it, so the kill lands mid-step with the scored stage half written.
+seconds instead of an hour so the test waits seconds; a private Redis and PostgreSQL (conftest); the
+chain of deploy/distributed/definitions.py orchestrated from this process with the same file as run
+config. A ``module:function`` scorer, where ``$WHILEAI_TEST_SCORER_GATE`` is set (the workers),
+blocks on the 5th row of a pool process's first scoring until the test releases it, so the kill
+lands mid-step with the scored stage half written.
 
 1. The pool process running the step is killed (what the OOM killer does): its worker survives and
    reports the task lost, the run fails at once with no step failure (``RUN_EXCEPTION``), so Dagster's
