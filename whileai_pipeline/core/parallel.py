@@ -61,7 +61,7 @@ class Chunk:
 
 
 def workers_for(path, requested=None) -> int:
-    """How many processes to use: the request, else $WHILEAI_PIPELINE_WORKERS, else by size and cores.
+    """How many processes to use: the request, else $WHILEAI_PIPELINE_WORKERS, else by size and ``usable_cores``.
 
     Always one when this process may not start workers (``can_start_workers``).
     """
@@ -76,8 +76,82 @@ def workers_for(path, requested=None) -> int:
         return 1
     if size < MIN_PARALLEL_BYTES or not can_start_workers():
         return 1
+    return max(1, min(usable_cores(), 4))
+
+
+def usable_cores() -> int:
+    """The CPUs this process may keep busy: the ones it may run on, fewer under a CPU quota.
+
+    A container's CPU limit (``docker run --cpus``, a Kubernetes ``limits.cpu``) is a cgroup quota,
+    which neither ``os.cpu_count`` nor the affinity mask shows: a pod limited to 2 CPUs on a 64-core
+    node would otherwise start 4 CPU-bound workers, which the quota then throttles.
+    """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # macOS
-    return max(1, min(cores, 4))
+    quota = cpu_quota_cores()
+    return max(1, min(cores, quota) if quota else cores)
+
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+SELF_CGROUP = "/proc/self/cgroup"
+
+
+def cpu_quota_cores(root=None, self_cgroup=None) -> int | None:
+    """The tightest CPU quota on this process's cgroup and the ones above it, in whole CPUs (rounded
+    up: 1.5 CPUs keeps two workers busy part of the time); None when there is none or it cannot be
+    read (no cgroups: macOS, a sandbox without /proc).
+
+    cgroup v2 keeps the quota in ``cpu.max`` ("max 100000" for none, "150000 100000" for 1.5 CPUs),
+    v1 in ``cpu.cfs_quota_us`` (-1 for none) over ``cpu.cfs_period_us``. Inside a container the
+    process's own cgroup is usually the mount's root; on a host it is a path below it.
+    """
+    root = Path(root or CGROUP_ROOT)
+    try:
+        entries = Path(self_cgroup or SELF_CGROUP).read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    quotas = []
+    for entry in entries:
+        hierarchy, _, rest = entry.partition(":")
+        controllers, _, where = rest.partition(":")
+        if hierarchy == "0" and not controllers:
+            mounts, read = [root], _v2_quota
+        elif "cpu" in controllers.split(","):
+            mounts, read = [root / "cpu", root / controllers], _v1_quota
+        else:
+            continue
+        below = Path(where.strip("/"))
+        if ".." in below.parts:  # a cgroup outside this namespace's view: only the mount's root is ours
+            below = Path()
+        for mount in mounts:
+            here = mount / below
+            for folder in (here, *here.parents):
+                if folder.is_relative_to(mount):
+                    quotas.append(read(folder))
+    quotas = [q for q in quotas if q]
+    return min(quotas) if quotas else None
+
+
+def _v2_quota(folder) -> int | None:
+    """Whole CPUs a cgroup v2 ``cpu.max`` allows; None for "max", a missing or unreadable file."""
+    try:
+        quota, period = (folder / "cpu.max").read_text().split()
+        return _whole_cpus(int(quota), int(period)) if quota != "max" else None
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def _v1_quota(folder) -> int | None:
+    """Whole CPUs a cgroup v1 CFS quota allows; None for -1, a missing or unreadable file."""
+    try:
+        return _whole_cpus(int((folder / "cpu.cfs_quota_us").read_text()),
+                           int((folder / "cpu.cfs_period_us").read_text()))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def _whole_cpus(quota, period) -> int | None:
+    """``quota / period`` rounded up, in integers; None unless both are positive."""
+    return -(-quota // period) if quota > 0 and period > 0 else None
 
 
 def env_workers():

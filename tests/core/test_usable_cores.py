@@ -1,0 +1,142 @@
+"""How many worker processes a big file gets under a container's CPU limit (a cgroup quota).
+
+Each test builds a cgroup tree in a temp folder, as the kernel shows it (``/proc/self/cgroup`` and the
+files under ``/sys/fs/cgroup``), and points the reader at it.
+"""
+
+import math
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from whileai_pipeline.core import parallel
+from whileai_pipeline.core.parallel import cpu_quota_cores, workers_for
+
+
+def _tree(tmp_path, self_cgroup, files):
+    """A fake cgroup mount under ``tmp_path/cgroup`` and the process's ``/proc/self/cgroup`` text."""
+    root = tmp_path / "cgroup"
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    root.mkdir(exist_ok=True)
+    proc = tmp_path / "proc-self-cgroup"
+    proc.write_text(self_cgroup)
+    return root, proc
+
+
+def test_v2_container_limit_at_the_mount_root(tmp_path):
+    # docker run --cpus 1.5: the container sees its own cgroup as "/"
+    root, proc = _tree(tmp_path, "0::/\n", {"cpu.max": "150000 100000\n"})
+    assert cpu_quota_cores(root, proc) == 2
+
+
+def test_v2_no_limit(tmp_path):
+    root, proc = _tree(tmp_path, "0::/\n", {"cpu.max": "max 100000\n"})
+    assert cpu_quota_cores(root, proc) is None
+
+
+def test_v2_the_tightest_limit_on_the_path_counts(tmp_path):
+    # Kubernetes without a cgroup namespace: the pod's limit sits above the container's cgroup
+    files = {
+        "kubepods/cpu.max": "max 100000\n",
+        "kubepods/pod1/cpu.max": "300000 100000\n",
+        "kubepods/pod1/ctr/cpu.max": "max 100000\n",
+        "kubepods/pod2/cpu.max": "100000 100000\n",  # a sibling's limit is not ours
+    }
+    root, proc = _tree(tmp_path, "0::/kubepods/pod1/ctr\n", files)
+    assert cpu_quota_cores(root, proc) == 3
+    (root / "kubepods/pod1/ctr/cpu.max").write_text("50000 100000\n")
+    assert cpu_quota_cores(root, proc) == 1
+
+
+def test_v1_cfs_quota(tmp_path):
+    files = {"cpu,cpuacct/cpu.cfs_quota_us": "250000\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"}
+    root, proc = _tree(tmp_path, "5:cpu,cpuacct:/\n4:memory:/x\n", files)
+    assert cpu_quota_cores(root, proc) == 3
+
+
+def test_v1_unlimited_and_a_v1_mount_named_cpu(tmp_path):
+    files = {"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}
+    root, proc = _tree(tmp_path, "1:cpu:/\n", files)
+    assert cpu_quota_cores(root, proc) is None
+    (root / "cpu/cpu.cfs_quota_us").write_text("100000\n")
+    assert cpu_quota_cores(root, proc) == 1
+
+
+def test_hybrid_hierarchy_reads_the_v1_cpu_controller(tmp_path):
+    # systemd's hybrid layout: a v2 line without a cpu.max (cpu is on v1) and the v1 cpu controller
+    files = {"cpu/cpu.cfs_quota_us": "200000\n", "cpu/cpu.cfs_period_us": "100000\n"}
+    root, proc = _tree(tmp_path, "9:name=systemd:/\n1:cpu:/\n0::/\n", files)
+    assert cpu_quota_cores(root, proc) == 2
+
+
+@pytest.mark.parametrize("content", ["", "garbage\n", "max\n", "0 100000\n", "100000 0\n", "-5 100000\n", "1 2 3\n",
+                                     b"\xff\xfe".decode("latin-1")])
+def test_unreadable_or_odd_cpu_max_means_no_limit(tmp_path, content):
+    root, proc = _tree(tmp_path, "0::/\n", {"cpu.max": content})
+    assert cpu_quota_cores(root, proc) is None
+
+
+def test_no_cgroup_information(tmp_path):
+    assert cpu_quota_cores(tmp_path / "nowhere", tmp_path / "no-proc-file") is None
+    root, proc = _tree(tmp_path, "", {"cpu.max": "100000 100000\n"})
+    assert cpu_quota_cores(root, proc) is None  # no line names a hierarchy: no cgroup of ours to read
+
+
+def test_a_path_outside_the_namespace_does_not_escape_the_mount(tmp_path):
+    # a process in another cgroup namespace sees its cgroup as "/../.."; only the mount's own limit applies
+    root, proc = _tree(tmp_path, "0::/../outside\n", {})
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "cpu.max").write_text("100000 100000\n")
+    assert cpu_quota_cores(root, proc) is None
+    root, proc = _tree(tmp_path, "0::/../outside\n", {"cpu.max": "200000 100000\n"})
+    assert cpu_quota_cores(root, proc) == 2
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.lists(st.one_of(st.none(), st.tuples(st.integers(1, 10**7), st.integers(1, 10**6))), min_size=1,
+                max_size=5))
+def test_quota_is_the_least_of_the_path_rounded_up(tmp_path_factory, limits):
+    """Any nesting of limits and unlimited levels: the tightest, in whole CPUs rounded up."""
+    tmp_path = tmp_path_factory.mktemp("tree")
+    names = [f"level{i}" for i in range(len(limits))]
+    files = {}
+    for depth, limit in enumerate(limits):
+        folder = "/".join(names[: depth + 1])
+        files[f"{folder}/cpu.max"] = "max 100000\n" if limit is None else f"{limit[0]} {limit[1]}\n"
+    root, proc = _tree(tmp_path, "0::/" + "/".join(names) + "\n", files)
+    real = [math.ceil(q / p) for q, p in (limit for limit in limits if limit is not None)]
+    assert cpu_quota_cores(root, proc) == (min(real) if real else None)
+
+
+def _big_file(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with open(path, "wb") as fh:
+        fh.truncate(parallel.MIN_PARALLEL_BYTES)  # big enough for workers; its content is never read here
+    return path
+
+
+def test_workers_for_a_big_file_follow_the_quota(tmp_path, monkeypatch):
+    monkeypatch.delenv(parallel.ENV_WORKERS, raising=False)
+    path = _big_file(tmp_path)
+    root, proc = _tree(tmp_path, "0::/\n", {"cpu.max": "100000 100000\n"})
+    monkeypatch.setattr(parallel, "CGROUP_ROOT", str(root))
+    monkeypatch.setattr(parallel, "SELF_CGROUP", str(proc))
+    assert workers_for(path) == 1  # one CPU of quota: one process, whatever the machine has
+    (root / "cpu.max").write_text("max 100000\n")
+    assert workers_for(path) == min(len(os.sched_getaffinity(0)), 4)
+    (root / "cpu.max").write_text("5000000 100000\n")  # 50 CPUs of quota: the cores and the cap of 4 still hold
+    assert workers_for(path) == min(len(os.sched_getaffinity(0)), 4)
+
+
+def test_an_explicit_worker_count_is_not_lowered_by_the_quota(tmp_path, monkeypatch):
+    root, proc = _tree(tmp_path, "0::/\n", {"cpu.max": "100000 100000\n"})
+    monkeypatch.setattr(parallel, "CGROUP_ROOT", str(root))
+    monkeypatch.setattr(parallel, "SELF_CGROUP", str(proc))
+    assert workers_for(_big_file(tmp_path), 3) == 3
+    monkeypatch.setenv(parallel.ENV_WORKERS, "2")
+    assert workers_for(_big_file(tmp_path)) == 2
