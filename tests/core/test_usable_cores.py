@@ -87,14 +87,54 @@ def test_no_cgroup_information(tmp_path):
     assert cpu_quota_cores(root, proc) is None  # no line names a hierarchy: no cgroup of ours to read
 
 
-def test_a_path_outside_the_namespace_does_not_escape_the_mount(tmp_path):
-    # a process in another cgroup namespace sees its cgroup as "/../.."; only the mount's own limit applies
+def test_a_path_outside_the_namespace_reads_no_quota(tmp_path):
+    # A process left outside its cgroup namespace (nsenter without moving it, or moved out by the host)
+    # sees its cgroup as "/../sibling": the mount's root is the namespace's cgroup, a sibling, not ours.
     root, proc = _tree(tmp_path, "0::/../outside\n", {})
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "cpu.max").write_text("100000 100000\n")
-    assert cpu_quota_cores(root, proc) is None
+    assert cpu_quota_cores(root, proc) is None  # the path does not escape the mount
     root, proc = _tree(tmp_path, "0::/../outside\n", {"cpu.max": "200000 100000\n"})
-    assert cpu_quota_cores(root, proc) == 2
+    assert cpu_quota_cores(root, proc) is None  # nor is the namespace root's limit taken for ours
+    root, proc = _tree(tmp_path, "1:cpu:/../outside\n0::/\n", {"cpu.max": "300000 100000\n"})
+    assert cpu_quota_cores(root, proc) == 3  # the other hierarchy still counts
+
+
+def test_nothing_above_the_mount_is_read(tmp_path):
+    (tmp_path / "cpu.max").write_text("100000 100000\n")  # beside the mount, in the folder above it
+    root, proc = _tree(tmp_path, "0::/a/b\n", {"a/b/cpu.max": "max 100000\n"})
+    assert cpu_quota_cores(root, proc) is None
+
+
+def test_v1_container_without_a_cgroup_namespace_reads_its_mount_root_not_a_child(tmp_path):
+    # docker on cgroup v1 (moby/moby#34584): /proc/self/cgroup shows the host's path, and the container's own
+    # cgroup is mounted as the root. A child of it whose name matches the path's first part (docker-in-docker
+    # makes "docker") is not an ancestor of ours.
+    files = {
+        "cpu,cpuacct/cpu.cfs_quota_us": "300000\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+        "cpu,cpuacct/docker/cpu.cfs_quota_us": "50000\n", "cpu,cpuacct/docker/cpu.cfs_period_us": "100000\n",
+    }
+    root, proc = _tree(tmp_path, "4:cpu,cpuacct:/docker/0123abcd\n", files)
+    assert cpu_quota_cores(root, proc) == 3
+
+
+def test_v1_combined_hierarchy_found_through_the_cpu_link(tmp_path):
+    # the combined mount under another name ("cpuacct,cpu"), reached through the "cpu" link systemd and docker make
+    files = {"cpu/cpu.cfs_quota_us": "100000\n", "cpu/cpu.cfs_period_us": "100000\n"}
+    root, proc = _tree(tmp_path, "4:cpu,cpuacct:/\n", files)
+    assert cpu_quota_cores(root, proc) == 1
+
+
+def test_v1_period_other_than_the_default(tmp_path):
+    files = {"cpu/cpu.cfs_quota_us": "100000\n", "cpu/cpu.cfs_period_us": "40000\n"}
+    root, proc = _tree(tmp_path, "1:cpu:/\n", files)
+    assert cpu_quota_cores(root, proc) == 3  # 2.5 CPUs, rounded up
+
+
+def test_only_the_cpu_controller_is_read_not_cpuset(tmp_path):
+    files = {"cpu/other/cpu.cfs_quota_us": "100000\n", "cpu/other/cpu.cfs_period_us": "100000\n"}
+    root, proc = _tree(tmp_path, "3:cpuset:/other\n1:cpu:/\n", files)
+    assert cpu_quota_cores(root, proc) is None
 
 
 @settings(deadline=None, max_examples=60)
@@ -131,6 +171,21 @@ def test_workers_for_a_big_file_follow_the_quota(tmp_path, monkeypatch):
     assert workers_for(path) == min(len(os.sched_getaffinity(0)), 4)
     (root / "cpu.max").write_text("5000000 100000\n")  # 50 CPUs of quota: the cores and the cap of 4 still hold
     assert workers_for(path) == min(len(os.sched_getaffinity(0)), 4)
+
+
+def test_workers_for_on_a_many_core_machine(tmp_path, monkeypatch):
+    # README: "a pod limited to 2 CPUs on a 64-core node gets 2"; without a limit, the cap of 4
+    monkeypatch.delenv(parallel.ENV_WORKERS, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    path = _big_file(tmp_path)
+    root, proc = _tree(tmp_path, "0::/\n", {"cpu.max": "200000 100000\n"})
+    monkeypatch.setattr(parallel, "CGROUP_ROOT", str(root))
+    monkeypatch.setattr(parallel, "SELF_CGROUP", str(proc))
+    assert workers_for(path) == 2
+    (root / "cpu.max").write_text("150000 100000\n")
+    assert workers_for(path) == 2  # 1.5 CPUs rounded up
+    (root / "cpu.max").write_text("max 100000\n")
+    assert workers_for(path) == 4
 
 
 def test_an_explicit_worker_count_is_not_lowered_by_the_quota(tmp_path, monkeypatch):

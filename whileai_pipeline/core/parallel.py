@@ -102,7 +102,8 @@ def cpu_quota_cores(root=None, self_cgroup=None) -> int | None:
 
     cgroup v2 keeps the quota in ``cpu.max`` ("max 100000" for none, "150000 100000" for 1.5 CPUs),
     v1 in ``cpu.cfs_quota_us`` (-1 for none) over ``cpu.cfs_period_us``. Inside a container the
-    process's own cgroup is usually the mount's root; on a host it is a path below it.
+    process's own cgroup is usually the mount's root; on a host it is a path below it. A cgroup path
+    with ``..`` (outside this cgroup namespace) gives no quota for that hierarchy.
     """
     root = Path(root or CGROUP_ROOT)
     try:
@@ -120,10 +121,17 @@ def cpu_quota_cores(root=None, self_cgroup=None) -> int | None:
         else:
             continue
         below = Path(where.strip("/"))
-        if ".." in below.parts:  # a cgroup outside this namespace's view: only the mount's root is ours
-            below = Path()
+        if ".." in below.parts:
+            # A cgroup outside this cgroup namespace (``nsenter`` without moving the process, a process
+            # moved out by the host): no folder of the mount is it or above it, the mount's root included.
+            continue
         for mount in mounts:
             here = mount / below
+            if not os.path.isdir(here):
+                # The path is not below this mount: a v1 container without a cgroup namespace shows its
+                # full path (/docker/<id>) with its own cgroup mounted as the root. The root is ours; a
+                # folder below it that happens to match part of the path is a child, not an ancestor.
+                here = mount
             for folder in (here, *here.parents):
                 if folder.is_relative_to(mount):
                     quotas.append(read(folder))
