@@ -2,7 +2,10 @@
 
 import os
 
+import pytest
 
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: without xdist (-p no:xdist) pytest would reject it
 def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (``scripts/test``): one test process per CPU this process may use (``usable_cores``).
 

@@ -2,7 +2,15 @@
 
 import os
 
+import pytest
+
 from whileai_pipeline.core import parallel
+
+
+@pytest.fixture(autouse=True)
+def _xdist(pytestconfig):
+    if not pytestconfig.pluginmanager.hasplugin("xdist"):
+        pytest.skip("pytest-xdist is not loaded")
 
 
 def _auto_workers(config):
@@ -18,6 +26,8 @@ def test_auto_counts_every_cpu_this_process_may_use(pytestconfig, monkeypatch, t
     monkeypatch.setattr(parallel, "CGROUP_ROOT", str(tmp_path))
     monkeypatch.setattr(parallel, "SELF_CGROUP", str(proc))
     assert _auto_workers(pytestconfig) == len(os.sched_getaffinity(0))  # logical CPUs, not physical cores
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})  # the same on any machine
+    assert _auto_workers(pytestconfig) == 3
     (tmp_path / "cpu.max").write_text("100000 100000\n")
     assert _auto_workers(pytestconfig) == 1  # a one-CPU container: one test process
 
