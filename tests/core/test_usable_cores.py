@@ -53,25 +53,24 @@ def test_v2_the_tightest_limit_on_the_path_counts(tmp_path):
     assert cpu_quota_cores(root, proc) == 1
 
 
-def test_v1_cfs_quota(tmp_path):
-    files = {"cpu,cpuacct/cpu.cfs_quota_us": "250000\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"}
-    root, proc = _tree(tmp_path, "5:cpu,cpuacct:/\n4:memory:/x\n", files)
-    assert cpu_quota_cores(root, proc) == 3
+def _v1(folder, quota, period=100000):
+    """A v1 CFS quota in ``folder`` of the fake mount."""
+    return {f"{folder}/cpu.cfs_quota_us": f"{quota}\n", f"{folder}/cpu.cfs_period_us": f"{period}\n"}
 
 
-def test_v1_unlimited_and_a_v1_mount_named_cpu(tmp_path):
-    files = {"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}
-    root, proc = _tree(tmp_path, "1:cpu:/\n", files)
-    assert cpu_quota_cores(root, proc) is None
-    (root / "cpu/cpu.cfs_quota_us").write_text("100000\n")
-    assert cpu_quota_cores(root, proc) == 1
-
-
-def test_hybrid_hierarchy_reads_the_v1_cpu_controller(tmp_path):
+@pytest.mark.parametrize(("self_cgroup", "files", "expected"), [
+    pytest.param("5:cpu,cpuacct:/\n4:memory:/x\n", _v1("cpu,cpuacct", 250000), 3, id="combined-hierarchy"),
+    # the combined mount reached through the "cpu" link systemd and docker make beside it
+    pytest.param("4:cpu,cpuacct:/\n", _v1("cpu", 100000), 1, id="through-the-cpu-link"),
+    pytest.param("1:cpu:/\n", _v1("cpu", -1), None, id="unlimited"),
+    pytest.param("1:cpu:/\n", _v1("cpu", 100000, 40000), 3, id="other-period-2.5-rounded-up"),
     # systemd's hybrid layout: a v2 line without a cpu.max (cpu is on v1) and the v1 cpu controller
-    files = {"cpu/cpu.cfs_quota_us": "200000\n", "cpu/cpu.cfs_period_us": "100000\n"}
-    root, proc = _tree(tmp_path, "9:name=systemd:/\n1:cpu:/\n0::/\n", files)
-    assert cpu_quota_cores(root, proc) == 2
+    pytest.param("9:name=systemd:/\n1:cpu:/\n0::/\n", _v1("cpu", 200000), 2, id="hybrid"),
+    pytest.param("3:cpuset:/other\n1:cpu:/\n", _v1("cpu/other", 100000), None, id="cpuset-is-not-cpu"),
+])
+def test_v1_cfs_quota(tmp_path, self_cgroup, files, expected):
+    root, proc = _tree(tmp_path, self_cgroup, files)
+    assert cpu_quota_cores(root, proc) == expected
 
 
 @pytest.mark.parametrize("content", ["", "garbage\n", "max\n", "0 100000\n", "100000 0\n", "-5 100000\n", "1 2 3\n",
@@ -110,31 +109,9 @@ def test_v1_container_without_a_cgroup_namespace_reads_its_mount_root_not_a_chil
     # docker on cgroup v1 (moby/moby#34584): /proc/self/cgroup shows the host's path, and the container's own
     # cgroup is mounted as the root. A child of it whose name matches the path's first part (docker-in-docker
     # makes "docker") is not an ancestor of ours.
-    files = {
-        "cpu,cpuacct/cpu.cfs_quota_us": "300000\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
-        "cpu,cpuacct/docker/cpu.cfs_quota_us": "50000\n", "cpu,cpuacct/docker/cpu.cfs_period_us": "100000\n",
-    }
+    files = _v1("cpu,cpuacct", 300000) | _v1("cpu,cpuacct/docker", 50000)
     root, proc = _tree(tmp_path, "4:cpu,cpuacct:/docker/0123abcd\n", files)
     assert cpu_quota_cores(root, proc) == 3
-
-
-def test_v1_combined_hierarchy_found_through_the_cpu_link(tmp_path):
-    # the combined mount under another name ("cpuacct,cpu"), reached through the "cpu" link systemd and docker make
-    files = {"cpu/cpu.cfs_quota_us": "100000\n", "cpu/cpu.cfs_period_us": "100000\n"}
-    root, proc = _tree(tmp_path, "4:cpu,cpuacct:/\n", files)
-    assert cpu_quota_cores(root, proc) == 1
-
-
-def test_v1_period_other_than_the_default(tmp_path):
-    files = {"cpu/cpu.cfs_quota_us": "100000\n", "cpu/cpu.cfs_period_us": "40000\n"}
-    root, proc = _tree(tmp_path, "1:cpu:/\n", files)
-    assert cpu_quota_cores(root, proc) == 3  # 2.5 CPUs, rounded up
-
-
-def test_only_the_cpu_controller_is_read_not_cpuset(tmp_path):
-    files = {"cpu/other/cpu.cfs_quota_us": "100000\n", "cpu/other/cpu.cfs_period_us": "100000\n"}
-    root, proc = _tree(tmp_path, "3:cpuset:/other\n1:cpu:/\n", files)
-    assert cpu_quota_cores(root, proc) is None
 
 
 @settings(deadline=None, max_examples=60)
