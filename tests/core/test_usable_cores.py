@@ -130,6 +130,12 @@ def test_quota_is_the_least_of_the_path_rounded_up(tmp_path_factory, limits):
     assert cpu_quota_cores(root, proc) == (min(real) if real else None)
 
 
+def _read_from(monkeypatch, root, proc):
+    """Point ``usable_cores`` (through ``workers_for``) at a fake tree instead of this machine's cgroups."""
+    monkeypatch.setattr(parallel, "CGROUP_ROOT", str(root))
+    monkeypatch.setattr(parallel, "SELF_CGROUP", str(proc))
+
+
 def _big_file(tmp_path):
     path = tmp_path / "run.jsonl"
     with open(path, "wb") as fh:
@@ -141,8 +147,7 @@ def test_workers_for_a_big_file_follow_the_quota(tmp_path, monkeypatch):
     monkeypatch.delenv(parallel.ENV_WORKERS, raising=False)
     path = _big_file(tmp_path)
     root, proc = _tree(tmp_path, "0::/\n", {"cpu.max": "100000 100000\n"})
-    monkeypatch.setattr(parallel, "CGROUP_ROOT", str(root))
-    monkeypatch.setattr(parallel, "SELF_CGROUP", str(proc))
+    _read_from(monkeypatch, root, proc)
     assert workers_for(path) == 1  # one CPU of quota: one process, whatever the machine has
     (root / "cpu.max").write_text("max 100000\n")
     assert workers_for(path) == min(len(os.sched_getaffinity(0)), 4)
@@ -156,8 +161,7 @@ def test_workers_for_on_a_many_core_machine(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
     path = _big_file(tmp_path)
     root, proc = _tree(tmp_path, "0::/\n", {"cpu.max": "200000 100000\n"})
-    monkeypatch.setattr(parallel, "CGROUP_ROOT", str(root))
-    monkeypatch.setattr(parallel, "SELF_CGROUP", str(proc))
+    _read_from(monkeypatch, root, proc)
     assert workers_for(path) == 2
     (root / "cpu.max").write_text("150000 100000\n")
     assert workers_for(path) == 2  # 1.5 CPUs rounded up
@@ -167,8 +171,7 @@ def test_workers_for_on_a_many_core_machine(tmp_path, monkeypatch):
 
 def test_an_explicit_worker_count_is_not_lowered_by_the_quota(tmp_path, monkeypatch):
     root, proc = _tree(tmp_path, "0::/\n", {"cpu.max": "100000 100000\n"})
-    monkeypatch.setattr(parallel, "CGROUP_ROOT", str(root))
-    monkeypatch.setattr(parallel, "SELF_CGROUP", str(proc))
+    _read_from(monkeypatch, root, proc)
     assert workers_for(_big_file(tmp_path), 3) == 3
     monkeypatch.setenv(parallel.ENV_WORKERS, "2")
     assert workers_for(_big_file(tmp_path)) == 2

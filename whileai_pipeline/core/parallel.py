@@ -117,7 +117,8 @@ def cpu_quota_cores(root=None, self_cgroup=None) -> int | None:
         if hierarchy == "0" and not controllers:
             mounts, read = [root], _v2_quota
         elif "cpu" in controllers.split(","):
-            mounts, read = [root / "cpu", root / controllers], _v1_quota
+            # "cpu" is the hierarchy's own name or a link to the combined one ("cpu,cpuacct"): read it once
+            mounts, read = list(dict.fromkeys(m.resolve() for m in (root / "cpu", root / controllers))), _v1_quota
         else:
             continue
         below = Path(where.strip("/"))
