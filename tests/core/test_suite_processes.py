@@ -25,6 +25,7 @@ def test_auto_counts_every_cpu_this_process_may_use(pytestconfig, monkeypatch, t
     (tmp_path / "cpu.max").write_text("max 100000\n")
     monkeypatch.setattr(parallel, "CGROUP_ROOT", str(tmp_path))
     monkeypatch.setattr(parallel, "SELF_CGROUP", str(proc))
+    monkeypatch.setattr(parallel, "SELF_MOUNTINFO", str(tmp_path / "no-mountinfo"))  # not this machine's mounts
     assert _auto_workers(pytestconfig) == len(os.sched_getaffinity(0))  # logical CPUs, not physical cores
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})  # the same on any machine
     assert _auto_workers(pytestconfig) == 3

@@ -130,10 +130,12 @@ def test_quota_is_the_least_of_the_path_rounded_up(tmp_path_factory, limits):
     assert cpu_quota_cores(root, proc) == (min(real) if real else None)
 
 
-def _read_from(monkeypatch, root, proc):
-    """Point ``usable_cores`` (through ``workers_for``) at a fake tree instead of this machine's cgroups."""
+def _read_from(monkeypatch, root, proc, mountinfo=None):
+    """Point ``usable_cores`` (through ``workers_for``) at a fake tree instead of this machine's cgroups:
+    its mountinfo, else none (this machine's would name its real mounts), so the mounts under ``root``."""
     monkeypatch.setattr(parallel, "CGROUP_ROOT", str(root))
     monkeypatch.setattr(parallel, "SELF_CGROUP", str(proc))
+    monkeypatch.setattr(parallel, "SELF_MOUNTINFO", str(mountinfo or proc.with_name("no-mountinfo")))
 
 
 def _big_file(tmp_path):

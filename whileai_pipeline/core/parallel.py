@@ -23,12 +23,13 @@ import json
 import mmap
 import multiprocessing
 import os
+import re
 import sys
 import threading
 import time
 import types
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import orjson
 
@@ -93,51 +94,110 @@ def usable_cores() -> int:
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 SELF_CGROUP = "/proc/self/cgroup"
+SELF_MOUNTINFO = "/proc/self/mountinfo"
 
 
-def cpu_quota_cores(root=None, self_cgroup=None) -> int | None:
+def cpu_quota_cores(root=None, self_cgroup=None, mountinfo=None) -> int | None:
     """The tightest CPU quota on this process's cgroup and the ones above it, in whole CPUs (rounded
     up: 1.5 CPUs keeps two workers busy part of the time); None when there is none or it cannot be
     read (no cgroups: macOS, a sandbox without /proc).
 
     cgroup v2 keeps the quota in ``cpu.max`` ("max 100000" for none, "150000 100000" for 1.5 CPUs),
-    v1 in ``cpu.cfs_quota_us`` (-1 for none) over ``cpu.cfs_period_us``. Inside a container the
-    process's own cgroup is usually the mount's root; on a host it is a path below it. A cgroup path
-    with ``..`` (outside this cgroup namespace) gives no quota for that hierarchy.
+    v1 in ``cpu.cfs_quota_us`` (-1 for none) over ``cpu.cfs_period_us``. Where each hierarchy is
+    mounted, and which of its cgroups a mount shows, comes from ``/proc/self/mountinfo``, as the JDK
+    and Go's automaxprocs read it: inside a container the process's own cgroup is usually the mount's
+    root, on a host a path below it. Only the process's cgroup and those above it up to the mount are
+    read; a cgroup that is not the mount's root or below it (a path with ``..``: outside this cgroup
+    namespace) gives no quota through that mount. When mountinfo cannot be read or lists no cgroup
+    mount, the hierarchies are taken to be where systemd and docker mount them, under ``root``
+    (``_guessed_mounts``). A caller naming ``root`` or ``self_cgroup`` (a fake tree) and no
+    ``mountinfo`` gets that guess, not this process's mounts.
     """
-    root = Path(root or CGROUP_ROOT)
+    if mountinfo is None and root is None and self_cgroup is None:
+        mountinfo = SELF_MOUNTINFO
     try:
         entries = Path(self_cgroup or SELF_CGROUP).read_text().splitlines()
     except (OSError, UnicodeDecodeError):
         return None
-    quotas = []
+    mounts = _cgroup_mounts(mountinfo) if mountinfo else []
+    quotas, seen = [], set()
     for entry in entries:
         hierarchy, _, rest = entry.partition(":")
-        controllers, _, where = rest.partition(":")
+        controllers, _, path = rest.partition(":")
         if hierarchy == "0" and not controllers:
-            mounts, read = [root], _v2_quota
+            version, read = 2, _v2_quota
         elif "cpu" in controllers.split(","):
-            # "cpu" is the hierarchy's own name or a link to the combined one ("cpu,cpuacct"): read it once
-            mounts, read = list(dict.fromkeys(m.resolve() for m in (root / "cpu", root / controllers))), _v1_quota
+            version, read = 1, _v1_quota
         else:
             continue
-        below = Path(where.strip("/"))
-        if ".." in below.parts:
-            # A cgroup outside this cgroup namespace (``nsenter`` without moving the process, a process
-            # moved out by the host): no folder of the mount is it or above it, the mount's root included.
-            continue
-        for mount in mounts:
-            here = mount / below
-            if not os.path.isdir(here):
-                # The path is not below this mount: a v1 container without a cgroup namespace shows its
-                # full path (/docker/<id>) with its own cgroup mounted as the root. The root is ours; a
-                # folder below it that happens to match part of the path is a child, not an ancestor.
-                here = mount
-            for folder in (here, *here.parents):
-                if folder.is_relative_to(mount):
+        if mounts:
+            places = [(top, point) for v, top, point in mounts if v == version]
+        else:
+            places = _guessed_mounts(root, version, controllers, path)
+        for top, point in places:
+            below = _below(path, top)
+            if below is None:
+                continue
+            for depth in range(len(below.parts), -1, -1):  # the process's cgroup, then up to the mount point
+                folder = Path(point, *below.parts[:depth])
+                try:
+                    info = folder.stat()
+                except OSError:
+                    continue
+                # one cgroup seen through two mounts (bind mounts, v1's "cpu" link) is one folder: read it once
+                key = (read, info.st_dev, info.st_ino)
+                if key not in seen:
+                    seen.add(key)
                     quotas.append(read(folder))
     quotas = [q for q in quotas if q]
     return min(quotas) if quotas else None
+
+
+def _cgroup_mounts(mountinfo) -> list:
+    """``(version, cgroup shown, mount point)`` of each cgroup v2 mount and v1 mount with the cpu
+    controller in ``mountinfo``; empty when it cannot be read. A line not in the kernel's format
+    (``ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER_OPTIONS``) is skipped."""
+    try:
+        lines = os.fsdecode(Path(mountinfo).read_bytes()).splitlines()  # a mount point need not be UTF-8
+    except OSError:
+        return []
+    mounts = []
+    for line in lines:
+        fields = line.split(" ")
+        try:
+            dash = fields.index("-", 6)  # the optional fields, any number of them, end here
+            fstype, options = fields[dash + 1], fields[dash + 3].split(",")
+        except (ValueError, IndexError):
+            continue
+        if fstype == "cgroup2" or (fstype == "cgroup" and "cpu" in options):
+            mounts.append((2 if fstype == "cgroup2" else 1, _unescape(fields[3]), _unescape(fields[4])))
+    return mounts
+
+
+def _unescape(field) -> str:
+    """A mountinfo path: the kernel writes a space, tab, newline or backslash in it as ``\\040`` and so on."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
+
+
+def _guessed_mounts(root, version, controllers, path) -> list:
+    """``(cgroup shown, mount point)`` pairs when mountinfo does not say: v2 at ``root``
+    (/sys/fs/cgroup), v1 at ``root/<controllers>`` or the ``cpu`` link beside it. The mount shows the
+    root cgroup when the path is a folder below it, else the process's own: a v1 container without a
+    cgroup namespace sees its full path (/docker/<id>) with its own cgroup mounted as the root (a
+    folder below it that happens to match part of the path is a child, not an ancestor)."""
+    root = Path(root or CGROUP_ROOT)
+    points = [root] if version == 2 else [root / "cpu", root / controllers]
+    return [("/" if os.path.isdir(point / path.strip("/")) else path, point) for point in points]
+
+
+def _below(path, top) -> PurePosixPath | None:
+    """Cgroup ``path`` relative to cgroup ``top``; None unless it is ``top`` or a cgroup below it."""
+    path, top = PurePosixPath(path), PurePosixPath(top)
+    # ".." leads out of this cgroup namespace (``nsenter`` without moving the process, a process moved out
+    # by the host): no folder of the mount is that cgroup or above it, the mount point included
+    if ".." in path.parts or ".." in top.parts or not path.is_relative_to(top):
+        return None
+    return path.relative_to(top)
 
 
 def _v2_quota(folder) -> int | None:
