@@ -230,3 +230,14 @@ def test_values_orjson_writes_itself_are_written_the_same_beside_a_nan():
         assert wire_arguments(value) == "{" + written + "}"
         assert wire_arguments({**value, "x": float("nan")}) == "{" + written + ',"x":NaN}'
     assert dumps({"s": np.array(["a", "b"])}) == b'{"s":["a","b"]}'  # a dtype orjson leaves to the default
+
+
+def test_a_sidecar_that_is_not_utf8_names_the_byte(tmp_path):
+    """orjson's own words were "str is not valid UTF-8: surrogates not allowed: line 1 column 1 (char 0)",
+    which points at the wrong place and blames surrogates for a Latin-1 byte."""
+    run = _run_file(tmp_path)
+    (tmp_path / "run.meta.json").write_bytes(b'{"system_prompt": "caf\xe9"}')
+    with pytest.raises(wai.ExportError, match=r"^bad_sidecar: .*run\.meta\.json: not valid JSON \(invalid UTF-8 at "
+                                              r"byte 22\); fix or delete the sidecar$"):
+        wai.export_dataset(run, tmp_path / "out.jsonl")
+    assert not (tmp_path / "out.jsonl").exists()

@@ -327,4 +327,8 @@ def read_json(path):
     try:
         return exact_numbers(data, orjson.loads(data))
     except orjson.JSONDecodeError as exc:
+        try:  # orjson says "surrogates not allowed ... (char 0)" for a byte that is not UTF-8: say which
+            data.decode("utf-8")
+        except UnicodeDecodeError as uexc:
+            raise BadJsonlError(path, 1, f"invalid UTF-8 at byte {uexc.start}") from None
         raise BadJsonlError(path, 1, str(exc)) from None
