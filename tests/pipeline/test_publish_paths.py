@@ -299,3 +299,37 @@ def test_a_stage_killed_between_its_rows_and_its_sidecar_is_never_exported_half_
     rows = read_rows(chain.storage.published_path(key, "sft", "openai"))  # the pairs stage was not reached
     assert all(row["messages"][-1]["content"].endswith(" (v2)") for row in rows)
     assert {row["messages"][0]["content"] for row in rows} == {new_prompt}
+
+
+@pytest.mark.parametrize("refused_file, replaced", [("sft.openai.jsonl", []),
+                                                    ("sft.trl.jsonl", ["sft.openai.jsonl", "sft.openai.report.json"])])
+def test_a_published_folder_that_refuses_a_rename_says_what_is_published_and_what_to_do(published, monkeypatch,
+                                                                                        refused_file, replaced):
+    """A ``published/<run>/`` the pipeline may not write (another owner, a read-only mount) failed the step with
+    Dagster's bare ``PermissionError: [Errno 13] ...``: no ``write_failed:``, no word on which published files
+    were already replaced, nothing on what to do."""
+    chain, key, before = published
+    chain.register(_new_version())
+    refused = chain.storage.published_dir(key) / refused_file
+    real = os.replace
+
+    def refuse(src, dst, **kwargs):
+        if os.fspath(dst) == str(refused):
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(src), None, os.fspath(dst))
+        return real(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "replace", refuse)
+    result = chain.materialize(key, selection=SFT_CHAIN)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE" and e.step_key == "sft_export")
+    message = failure.event_specific_data.error.message
+    folder = chain.storage.published_dir(key)
+    assert f"write_failed: sft export for '{key}': {refused}: Permission denied; " in message
+    if replaced:
+        assert f"{', '.join(str(folder / name) for name in replaced)} were already replaced; the other " in message
+    else:
+        assert "nothing was published and the published files are unchanged" in message
+    assert f"Make {folder} writable for the user running the pipeline" in message
+    assert message.rstrip().endswith("then materialize again.")
+    after = tree_bytes(folder)
+    assert {name for name in before if after[name] != before[name]} == set(replaced)

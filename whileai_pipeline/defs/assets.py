@@ -9,6 +9,8 @@ logic lives in the library (``whileai_pipeline.simulations``); this layer choose
 decides publish or reject from the reports, and describes what happened.
 """
 
+import contextlib
+import errno
 import functools
 import hashlib
 import math
@@ -16,6 +18,7 @@ import os
 import shutil
 
 import dagster as dg
+import orjson
 
 import whileai_pipeline.simulations as wai
 from whileai_pipeline.core.atomic import atomic_file
@@ -517,6 +520,34 @@ def _gates_run_after(context) -> bool:
         return False
 
 
+def _not_put_in_place(exc, storage, key, kind, cand_dir, refused) -> str:
+    """The step's failure when a file could not be renamed into ``published/`` (or, for an export the gates
+    ``refused``, into ``rejected/``): Dagster would show the bare OSError, which says neither what was left
+    published nor what to do. The files already replaced are those of the publish journal whose staged
+    copy is gone."""
+    where = exc.filename2 or exc.filename or cand_dir
+    folder = storage.rejected_root(key) if refused else storage.published_dir(key)
+    done = []
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        plan = orjson.loads((cand_dir / f"publish-{kind}{journal.SUFFIX}").read_bytes())
+        done = [dest for staged, dest in plan["moves"] if not os.path.lexists(staged)]
+    if refused:
+        state = (f"the gates refused this export ({refused}) and its candidate could not be kept under {folder}; "
+                 "the published files are unchanged")
+    elif done:
+        state = (f"{', '.join(done)} {'was' if len(done) == 1 else 'were'} already replaced; the other published "
+                 "files of this export are the previous ones")
+    else:
+        state = "nothing was published and the published files are unchanged"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        advice = f"Free space on the disk holding {folder}"
+    else:
+        advice = (f"Make {folder} writable for the user running the pipeline (its owner and mode, a read-only "
+                  "mount, an immutable attribute)")
+    return (f"write_failed: {kind} export for {key!r}: {where}: {exc.strerror or exc}; {state}. {advice}, "
+            "then materialize again.")
+
+
 def _finish_export(context, storage, kind, formats, candidates, reports, config, cand_dir, pictures, inputs,
                    totals=None):
     """Decide from the reports, publish or reject, and describe it all as metadata: the status and the summary
@@ -530,19 +561,22 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
     rejected_dir = None
     removed = []
     try:
-        if blocked:
-            rejected_dir = (same_refusal(storage.rejected_root(key), kind, candidates, reports, failed, validate)
-                            or storage.rejected_root(key) / rejected_dir_name(context.run.run_id, kind))
-            outcomes = reject(candidates, reports, rejected_dir, failed, validate)
-        else:
-            destinations = {fmt: storage.published_path(key, kind, fmt) for fmt in formats}
-            outcomes, removed = publish(candidates, reports, destinations, kind,
-                                        others={fmt: storage.published_path(key, kind, fmt) for fmt in FORMATS})
-    finally:
         try:
-            journal.finish_all(cand_dir.parent.parent)  # a publish interrupted half-way (Ctrl-C): completed
+            if blocked:
+                rejected_dir = (same_refusal(storage.rejected_root(key), kind, candidates, reports, failed, validate)
+                                or storage.rejected_root(key) / rejected_dir_name(context.run.run_id, kind))
+                outcomes = reject(candidates, reports, rejected_dir, failed, validate)
+            else:
+                destinations = {fmt: storage.published_path(key, kind, fmt) for fmt in formats}
+                outcomes, removed = publish(candidates, reports, destinations, kind,
+                                            others={fmt: storage.published_path(key, kind, fmt) for fmt in FORMATS})
         finally:
-            discard(cand_dir)
+            journal.finish_all(cand_dir.parent.parent)  # a publish interrupted half-way (Ctrl-C): completed
+    except OSError as exc:  # published/ or rejected/ refused a file: no permission, a read-only mount, ...
+        raise dg.Failure(description=_not_put_in_place(exc, storage, key, kind, cand_dir, failed if blocked else None),
+                         metadata={"error": type(exc).__name__}) from None
+    finally:
+        discard(cand_dir)
 
     if blocked:
         status = "rejected"
