@@ -448,3 +448,16 @@ def test_the_cli_prints_the_warnings_a_published_export_carries(home, tmp_path, 
     out = io.StringIO()
     assert run_chain(SAMPLE, home=home, out=out) == 0
     assert "WARNING" not in out.getvalue(), out.getvalue()
+
+
+def test_a_format_listed_twice_is_said_once(home, tmp_path, monkeypatch, capsys):
+    """The value was quoted twice: "formats lists a format twice: ['trl', 'trl'] (got ['trl', 'trl'])"."""
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    config = tmp_path / "opts.yaml"
+    config.write_text("formats: [trl, trl]\n")
+    assert cli_module.main(["run", str(SAMPLE), "--config", str(config), "--home", str(home)]) == 2
+    assert capsys.readouterr().err == ("whileai-pipeline: error: bad value for sft_export: formats lists a format "
+                                       f"twice, got ['trl', 'trl'] (in config file {config})\n")
+    assert not home.exists()

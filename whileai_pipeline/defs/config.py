@@ -49,7 +49,7 @@ def _check_formats(value):
     if bad:
         raise ValueError(f"formats must be drawn from {FORMATS}, got {bad!r}")
     if len(set(value)) != len(value):
-        raise ValueError(f"formats lists a format twice: {value!r}")
+        raise ValueError(f"formats lists a format twice, got {value!r}")
     return list(value)
 
 
