@@ -23,6 +23,7 @@ import contextlib
 import io
 import logging
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -317,6 +318,8 @@ def _failure_lines(result):
                 err = err.cause  # Dagster's wrapper only says which op: show what went wrong in it
             message = err.message.strip().splitlines()[0] if err and err.message else "failed"
             message = message.removeprefix("dagster._core.definitions.events.Failure: ")
+            # our own errors open with their token (write_failed:, ...): the class path before it says nothing more
+            message = re.sub(r"^whileai_pipeline\.core\.errors\.\w+: ", "", message)
             lines.append(f"  step {event.step_key} failed: {message}")
     return blocked, lines
 

@@ -461,3 +461,20 @@ def test_a_format_listed_twice_is_said_once(home, tmp_path, monkeypatch, capsys)
     assert capsys.readouterr().err == ("whileai-pipeline: error: bad value for sft_export: formats lists a format "
                                        f"twice, got ['trl', 'trl'] (in config file {config})\n")
     assert not home.exists()
+
+
+def test_a_library_error_in_a_step_is_shown_from_its_token(home, tmp_path, monkeypatch):
+    """A step that failed on one of the library's errors was shown with its class path first:
+    "step raw_simulation_data failed: whileai_pipeline.core.errors.WriteFailedError: write_failed: ..."."""
+    from whileai_pipeline.cli import run_chain
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    src = tmp_path / "night.jsonl"
+    shutil.copyfile(SAMPLE, src)
+    (home / "stages").mkdir(parents=True)
+    (home / "stages" / "night").write_bytes(b"")  # a file where the run's stage folder goes
+    out = io.StringIO()
+    assert run_chain(src, home=home, out=out) == 1
+    assert f"  step raw_simulation_data failed: write_failed: {home / 'stages' / 'night'}/" in out.getvalue(), \
+        out.getvalue()
+    assert "whileai_pipeline.core.errors" not in out.getvalue()
