@@ -20,7 +20,12 @@ ref = pytest.importorskip("whileai.simulations", reason=REF_SKIP_REASON)
 
 import conformance_harness as H  # noqa: E402
 import conformance_strategies as S  # noqa: E402
-from conformance_checks import D6_NO_SYSTEM, D6_NO_TOOLS, check_export_preference  # noqa: E402
+from conformance_checks import (  # noqa: E402
+    D6_NO_SYSTEM,
+    D6_NO_TOOLS,
+    check_build_preference_pairs,
+    check_export_preference,
+)
 
 import whileai_pipeline.simulations as ours  # noqa: E402
 
@@ -38,31 +43,6 @@ pref_contexts = st.fixed_dictionaries(
 )
 
 
-def d8_pair_reason_text_of_scrubbed_reason(pairs):
-    """DECISIONS 8 (pair fields): ``chosen_reason`` / ``rejected_reason`` are text(reason); when the row's
-    ``reason`` is a structured value, ours scrubs the blocked keys out of it before taking its text,
-    so the exported pair field cannot carry them (the reference's text keeps them). Only structured
-    reasons are touched. See open question Q4."""
-    for p in pairs:
-        for side, field in (("chosen", "chosen_reason"), ("rejected", "rejected_reason")):
-            reason = p[side].get("reason")
-            if isinstance(reason, (dict, list)) and reason:
-                p[field] = str(H.scrub(reason))
-    return pairs
-
-
-def _build_both(rows, knobs):
-    """Pairs from both sides' build_preference_pairs over the same rows; lists and reports compared.
-    Returns (reference pairs as ours should have built them, our pairs)."""
-    ref_pairs, ref_rep = ref.build_preference_pairs(H.deep(rows), **knobs)
-    our_pairs, our_rep = ours.build_preference_pairs(H.deep(rows), **knobs)
-    ctx = f"rows: {H.short(rows, 5000)}\nknobs: {knobs}"
-    expected = d8_pair_reason_text_of_scrubbed_reason(H.deep(list(ref_pairs)))
-    H.assert_same(H.nan_safe(expected), H.nan_safe(H.deep(list(our_pairs))), "pairs", ctx)
-    H.assert_same(H.nan_safe(dict(ref_rep)), H.nan_safe(dict(our_rep)), "build_preference_pairs report", ctx)
-    return [dict(p) for p in expected], [dict(p) for p in our_pairs]
-
-
 def _ref_pairs(rows, knobs):
     """Pairs built by the reference only (pair building itself is compared by its own test, so a
     difference there does not hide differences in the exporter / judge)."""
@@ -72,7 +52,7 @@ def _ref_pairs(rows, knobs):
 @CONFORMANCE
 @given(rows=S.scored_rows_for_pairs(), knobs=S.pair_knobs())
 def test_build_preference_pairs_matches_reference(rows, knobs):
-    _build_both(rows, knobs)
+    check_build_preference_pairs(ref, ours, rows, knobs)
 
 
 def test_build_preference_pairs_min_margin_error_matches_reference():
@@ -88,8 +68,8 @@ def test_build_preference_pairs_min_margin_error_matches_reference():
        judge=st.sampled_from([None, None, "judge_longer", "judge_always_a"]), ctx=pref_contexts)
 def test_export_preference_matches_reference(fmt, drop_ties, rows, knobs, ties, judge, ctx):
     """End to end: rows -> each side's build_preference_pairs (-> each side's judge_pairs) -> each
-    side's export_preference; the pair lists are compared first (see _build_both)."""
-    ref_pairs, our_pairs = _build_both(rows, knobs)
+    side's export_preference; the pair lists are compared first (see check_build_preference_pairs)."""
+    ref_pairs, our_pairs = check_build_preference_pairs(ref, ours, rows, knobs)
     if judge is not None:  # pairwise + tie fields written by judge_pairs (spec 8.5)
         ref_pairs = [dict(p) for p in ref.judge_pairs(ref_pairs, globals()[judge], swap=True)[0]]
         our_pairs = [dict(p) for p in ours.judge_pairs(our_pairs, globals()[judge], swap=True)[0]]

@@ -38,9 +38,12 @@ ref = pytest.importorskip("whileai.simulations", reason=REF_SKIP_REASON)
 import dagster as dg  # noqa: E402
 
 import conformance_harness as H  # noqa: E402
-from conformance_checks import check_export_dataset, check_export_preference  # noqa: E402
+from conformance_checks import (  # noqa: E402
+    check_build_preference_pairs,
+    check_export_dataset,
+    check_export_preference,
+)
 from pipeline.conftest import Chain, check_results, materialization, read_rows  # noqa: E402
-from test_preference_conformance import _build_both  # noqa: E402
 
 import whileai_pipeline.simulations as wai  # noqa: E402
 from whileai_pipeline.core.scoring import verdict  # noqa: E402
@@ -302,7 +305,7 @@ def test_export_dataset_of_the_sdk_run_object_matches_reference(sdk_run, tmp_pat
 def test_preference_pairs_of_the_sdk_run_match_reference(sdk_run, tmp_path, source, fmt, strip_think):
     """build_preference_pairs on both sides (compared), then export_preference, validate=True."""
     rows = sdk_run.rows if source == "file" else sdk_run.sim.trajectories
-    ref_pairs, our_pairs = _build_both(H.deep(rows), {})
+    ref_pairs, our_pairs = check_build_preference_pairs(ref, wai, H.deep(rows), {})
     assert ref_pairs, "the SDK run gave no preference pairs"
     outcome = check_export_preference(
         ref, wai, ref_pairs, tmp_path, fmt=fmt, drop_ties=True, system_prompt=sdk_run.sidecar["system_prompt"],
@@ -410,7 +413,7 @@ def test_recited_reference_is_refused_like_the_reference(leaky_run, tmp_path, fm
 @pytest.mark.parametrize("fmt", ["openai", "trl"])
 def test_recited_reference_in_chosen_replies_is_refused(leaky_run, tmp_path, fmt):
     """DECISIONS 12: the pairs of the leaking run (chosen sides recite) are refused by ours."""
-    ref_pairs, our_pairs = _build_both(H.deep(leaky_run.trajectories), {})
+    ref_pairs, our_pairs = check_build_preference_pairs(ref, wai, H.deep(leaky_run.trajectories), {})
     assert ref_pairs
     outcome = check_export_preference(
         ref, wai, ref_pairs, tmp_path, fmt=fmt, drop_ties=True, system_prompt=leaky_run.profile.policy,
