@@ -47,8 +47,9 @@ from pipeline.conftest import Chain, check_results, materialization, read_rows  
 
 import whileai_pipeline.simulations as wai  # noqa: E402
 from whileai_pipeline.core.scoring import verdict  # noqa: E402
+from whileai_pipeline.defs.automation import inbox_sensor  # noqa: E402
 from whileai_pipeline.defs.partitions import PARTITIONS_NAME  # noqa: E402
-from whileai_pipeline.defs.resources import PipelineStorage  # noqa: E402
+from whileai_pipeline.defs.resources import PipelineStorage, fingerprint  # noqa: E402
 
 pytestmark = pytest.mark.conformance
 
@@ -420,3 +421,36 @@ def test_recited_reference_in_chosen_replies_is_refused(leaky_run, tmp_path, fmt
         tools=leaky_run.profile.tools, strip_think=True, validate=True, our_source=lambda: H.deep(our_pairs),
     )
     assert outcome == "refused"
+
+
+# ------------------------------------------------------------------------------- (d) the inbox sensor
+
+
+def test_the_inbox_sensor_waits_for_simulate_to_finish_writing_into_the_inbox(tmp_path, monkeypatch):
+    """simulate writing straight into the inbox with an agent slower than the settle time (0 here): a tick
+    while it runs takes nothing, although rows are already there and the file has stopped changing; the
+    tick after simulate returns takes the whole run with the sidecar it writes last."""
+    monkeypatch.setenv("WHILEAI_PIPELINE_SETTLE_SECONDS", "0")
+    storage = PipelineStorage(root=str(tmp_path / "home"))
+    storage.inbox.mkdir(parents=True)
+    run = storage.inbox / "live.jsonl"
+    ticks = []
+    with dg.DagsterInstance.ephemeral() as instance:
+        def tick():
+            with dg.build_sensor_context(instance=instance, resources={"storage": storage}) as context:
+                return inbox_sensor(context)
+
+        def agent(prompt):
+            if run.exists():  # the rows simulate has written so far, and what a tick makes of them
+                ticks.append((run.stat().st_size, tick().run_requests))
+            return "Let me look that up for you."
+
+        ref.simulate(agent=agent, simulator=False, tools=TOOLS, system_prompt=SYSTEM_PROMPT, output=str(run),
+                     grader=lambda row: row["rollout_index"] % 2, seed=SEED, budget=8, situations=4,
+                     rollouts_per_request=2, concurrency=1)
+        done = tick()
+    assert any(size > 0 for size, _ in ticks), "no tick saw rows while simulate ran"
+    assert [requests for _, requests in ticks] == [[] for _ in ticks]
+    (request,) = done.run_requests
+    assert run.with_name("live.meta.json").is_file()
+    assert request.run_key == f"live:{fingerprint(run)[:16]}"  # the finished run, folded with its sidecar

@@ -437,3 +437,64 @@ def test_a_bad_sensor_budget_is_refused_naming_the_variable(storage, instance, m
     with pytest.raises(ValueError, match=rf"WHILEAI_PIPELINE_SENSOR_BUDGET_SECONDS must be a number of seconds "
                                          rf"\(0 hashes one file a tick; .*\), got '{bad}'"):
         _evaluate(inbox_sensor, instance, storage)
+
+
+def _progress(run, stage, age=0):
+    """The progress file ``simulate(output=run)`` keeps beside the run it writes, at ``stage``."""
+    path = run.with_name(run.name + ".progress.json")
+    path.write_text(stage if stage.startswith(("{", "[", "not json")) else f'{{"stage": "{stage}", "rows": 12}}')
+    if age:
+        _age(path, seconds=age)
+    return path
+
+
+def test_sensor_waits_while_simulate_says_it_is_still_writing_the_run(storage, instance, monkeypatch):
+    """simulate appends rows as its rollouts finish and writes the sidecar only at the end: with a slow
+    agent the run goes unmodified for longer than the settle time while it is still being written. Its
+    progress file says so; the run is taken once that says "stopped", not before."""
+    monkeypatch.setenv("WHILEAI_PIPELINE_SETTLE_SECONDS", "0")  # only the progress file holds it back
+    storage.inbox.mkdir(parents=True)
+    run = storage.inbox / "slow.jsonl"
+    _drop(SAMPLE, run)
+    _age(_progress(run, "rollout"), seconds=1800)  # half an hour without a new row: still within the patience
+    waiting, said = _evaluate_logged(instance, storage)
+    assert not waiting.run_requests and not waiting.dynamic_partitions_requests
+    assert ("waiting for simulate to finish slow (rollout): the progress file beside each "
+            "(<run>.jsonl.progress.json) is at that stage, not 'stopped'") in said
+    again, _ = _evaluate_logged(instance, storage, waiting.cursor)
+    assert not again.run_requests  # the next tick looks again and still waits
+    _progress(run, "stopped")
+    (request,) = _evaluate_logged(instance, storage, again.cursor)[0].run_requests
+    assert request.run_key == f"slow:{hashlib.sha256(SAMPLE.read_bytes()).hexdigest()[:16]}"
+
+
+def test_a_progress_file_that_never_says_stopped_holds_the_run_back_for_an_hour_at_most(storage, instance,
+                                                                                       monkeypatch):
+    """A simulate killed mid-run (SIGKILL, a lost machine) leaves its progress file at "rollout": after an
+    hour without any change the run is taken as it is, and the log says why."""
+    monkeypatch.setenv("WHILEAI_PIPELINE_SETTLE_SECONDS", "0")
+    storage.inbox.mkdir(parents=True)
+    run = storage.inbox / "killed.jsonl"
+    _drop(SAMPLE, run)
+    _age(run, seconds=3700)
+    _progress(run, "rollout", age=3700)
+    warned = []
+    with dg.build_sensor_context(instance=instance, resources={"storage": storage}) as context:
+        monkeypatch.setattr(context.log, "warning", warned.append)
+        (request,) = inbox_sensor(context).run_requests
+    assert request.partition_key == "killed"
+    assert warned == ["taken although their progress file is not at 'stopped': killed (rollout); nothing about "
+                      "them changed for 1 h (a simulate that was killed leaves its progress file so)"]
+
+
+@pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"stage": 3}', '{"rows": 4}', "stopped"])
+def test_a_progress_file_that_says_no_stage_holds_nothing_back(storage, instance, monkeypatch, content):
+    """Only a progress file that names a stage other than "stopped" makes the sensor wait; anything else
+    beside a run (not JSON, no stage) leaves it to the settle time alone."""
+    monkeypatch.setenv("WHILEAI_PIPELINE_SETTLE_SECONDS", "0")
+    storage.inbox.mkdir(parents=True)
+    run = storage.inbox / "done.jsonl"
+    _drop(SAMPLE, run)
+    _progress(run, content)
+    (request,) = _evaluate(inbox_sensor, instance, storage).run_requests
+    assert request.partition_key == "done"

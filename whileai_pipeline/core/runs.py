@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
+
 from .errors import BadRowError, ExportError, SourceChangedError
 from .jsonl import iter_jsonl, read_json, require_file, sha256_of
 from .text import text
@@ -57,6 +59,32 @@ def sidecar_path(path) -> Path:
     if path.name.endswith(".jsonl"):
         return path.with_name(path.name[: -len(".jsonl")] + ".meta.json")
     return path.with_name(path.name + ".meta.json")
+
+
+PROGRESS_SUFFIX = ".progress.json"
+SIMULATE_DONE = "stopped"  # the stage a progress file ends at, finished or interrupted
+
+
+def progress_path(path):
+    """``<run>.jsonl.progress.json``: where ``simulate(output=<run>.jsonl)`` says how far it has got."""
+    path = Path(path)
+    return path.with_name(path.name + PROGRESS_SUFFIX)
+
+
+def simulate_stage(path) -> str | None:
+    """The stage ``simulate`` says it is at while it still writes the run at ``path`` (``"rollout"``:
+    appending rows), None once it is done or when there is no readable progress file.
+
+    ``simulate`` appends rows as its rollouts finish and writes the sidecar only at the end; with an
+    agent that takes minutes a rollout, the run goes unmodified for longer than any settle time while
+    it is still being written. Its progress file says so exactly: its ``stage`` ends at ``"stopped"``
+    (finished or interrupted; observed with whileai 0.105 and 0.131).
+    """
+    try:
+        stage = orjson.loads(progress_path(path).read_bytes()).get("stage")
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return None
+    return stage if isinstance(stage, str) and stage != SIMULATE_DONE else None
 
 
 def read_sidecar(path):

@@ -5,7 +5,8 @@
   from the last scored rows and pairs; it never reads ``rejected/``).
 * ``inbox_sensor``: a new or changed run file (or sidecar) in the inbox registers a partition and
   requests the chain for it, once per content (``run_key = "<name>:<sha256[:16]>"``), once it has
-  settled: not modified for ``$WHILEAI_PIPELINE_SETTLE_SECONDS`` (default 30). A tick hashes files for
+  settled: not modified for ``$WHILEAI_PIPELINE_SETTLE_SECONDS`` (default 30), and not while ``simulate``
+  says it is still writing it (``simulate_stage``). A tick hashes files for
   at most ``$WHILEAI_PIPELINE_SENSOR_BUDGET_SECONDS`` (default 20) and leaves the rest to the next one.
 * ``reexport_schedule``: on ``$WHILEAI_PIPELINE_CRON`` (default ``0 3 * * *``, daily at 03:00
   UTC), one re-export request per registered run whose exports would change (its stage files, options
@@ -20,6 +21,8 @@ import time
 
 import dagster as dg
 from dagster._utils.schedules import is_valid_cron_string  # the rule ScheduleDefinition applies (Dagster pinned)
+
+from whileai_pipeline.core.runs import PROGRESS_SUFFIX, SIMULATE_DONE, progress_path, simulate_stage
 
 from .code_fingerprint import code_fingerprint_on_disk
 from .assets import ASSET_NAMES, ASSETS, STAGE_PAIRS, STAGE_SCORED, dpo_export, raw_simulation_data, sft_export
@@ -84,11 +87,17 @@ def cron_schedule() -> str:
 
 
 def _signature(path):
-    """Cheap change detector: size and mtime of the run file and of its sidecar."""
+    """Cheap change detector: size and mtime of the run file and of its sidecar, and the mtime of the
+    progress file ``simulate`` keeps beside a run it writes."""
     st = path.stat()
-    meta = meta_path_for(path)
+    meta, progress = meta_path_for(path), progress_path(path)
     mst = meta.stat() if meta.is_file() else None
-    return [st.st_size, st.st_mtime_ns, mst.st_size if mst else None, mst.st_mtime_ns if mst else None]
+    pst = progress.stat() if progress.is_file() else None
+    return [st.st_size, st.st_mtime_ns, mst.st_size if mst else None, mst.st_mtime_ns if mst else None,
+            pst.st_mtime_ns if pst else None]
+
+
+SIMULATE_PATIENCE_SECONDS = 3600.0  # a progress file unchanged this long: its simulate was killed
 
 
 def reexport_mode() -> str:
@@ -140,8 +149,13 @@ def _settling(sig, now_ns, settle) -> bool:
     A run written straight into the inbox (``simulate`` appending trajectory by trajectory) would
     otherwise be taken at every sensor tick, hashed whole each time, and exported half-written.
     """
-    newest = max(t for t in (sig[1], sig[3]) if t is not None)
-    return now_ns - newest < settle * 1e9
+    return now_ns - _newest(sig, progress=False) < settle * 1e9
+
+
+def _newest(sig, progress=True) -> int:
+    """The latest mtime in a ``_signature``: of the run, its sidecar and (``progress``) simulate's progress file."""
+    times = (sig[1], sig[3], sig[4]) if progress else (sig[1], sig[3])
+    return max(t for t in times if t is not None)
 
 
 IGNORED = "_ignored"  # the cursor's list of inbox files not taken (no key starts with "_")
@@ -198,7 +212,8 @@ def _already_materialized(instance, key, fp) -> bool:
     "changed <run>.jsonl files and their <run>.meta.json sidecars; registers each as a partition and runs "
     "the whole chain (simulation_chain) once per content, with the options the run was last exported "
     f"with, once the files have not been modified for ${ENV_SETTLE} seconds (default "
-    f"{DEFAULT_SETTLE_SECONDS:g}). A tick hashes files for at most ${ENV_SENSOR_BUDGET} seconds (default "
+    f"{DEFAULT_SETTLE_SECONDS:g}) and, for a run simulate is writing, once its <run>.jsonl{PROGRESS_SUFFIX} "
+    f"says {SIMULATE_DONE!r}. A tick hashes files for at most ${ENV_SENSOR_BUDGET} seconds (default "
     f"{DEFAULT_SENSOR_BUDGET_SECONDS:g}) and leaves the rest to the next tick. Files it cannot take are named "
     "in its tick log.",
 )
@@ -214,7 +229,7 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
     # run would ever be requested. Past the budget, the files not yet hashed wait for the next tick
     # (at least one file is hashed per tick, so every file gets its turn).
     budget, started, hashed = sensor_budget_seconds(), time.monotonic(), 0
-    new_keys, requests, cursor, settling, deferred = [], [], {}, [], []
+    new_keys, requests, cursor, settling, deferred, writing, stale = [], [], {}, [], [], [], []
     runs = storage.inbox_runs()
     ignored = _ignored_inbox_files(storage, runs)
     if ignored and ignored != seen.get(IGNORED):  # said once, not at every tick
@@ -230,6 +245,14 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
         if prev and prev.get("sig") == sig:
             cursor[key] = prev
             continue
+        stage = simulate_stage(path)
+        if stage is not None:
+            if now_ns - _newest(sig) < SIMULATE_PATIENCE_SECONDS * 1e9:  # still being written: look again later
+                if prev:
+                    cursor[key] = prev
+                writing.append(f"{key} ({stage})")
+                continue
+            stale.append(f"{key} ({stage})")  # a simulate killed mid-run leaves its progress file so
         if _settling(sig, now_ns, settle):  # still being written, maybe: look again at the next tick
             if prev:
                 cursor[key] = prev
@@ -261,6 +284,13 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
         )
     cursor.update(_versions_of_removed_runs(seen, cursor))
     partitions = [dg.AddDynamicPartitionsRequest(PARTITIONS_NAME, new_keys)] if new_keys else []
+    if writing:
+        context.log.info(f"waiting for simulate to finish {_names(writing)}: the progress file beside each "
+                         f"(<run>.jsonl{PROGRESS_SUFFIX}) is at that stage, not {SIMULATE_DONE!r}")
+    if stale:
+        context.log.warning(f"taken although their progress file is not at {SIMULATE_DONE!r}: {_names(stale)}; "
+                            f"nothing about them changed for {SIMULATE_PATIENCE_SECONDS / 3600:g} h (a simulate "
+                            "that was killed leaves its progress file so)")
     if settling:
         context.log.info(f"waiting for {', '.join(settling)} to settle: modified less than {settle:g} s ago "
                          f"(${ENV_SETTLE})")
