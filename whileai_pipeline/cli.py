@@ -67,6 +67,19 @@ def _storage(home):
     return storage
 
 
+def _not_being_simulated(path):
+    """A UsageError when ``simulate`` says it is still writing the run (``simulate_stage``): exported now,
+    it would be a part of the run, without the sidecar ``simulate`` writes last."""
+    from whileai_pipeline.core.runs import SIMULATE_DONE, progress_path, simulate_stage
+
+    stage = simulate_stage(path)
+    if stage is not None:
+        progress = progress_path(path)
+        raise UsageError(f"{path}: simulate is still writing this run ({progress.name} says stage {stage!r}, not "
+                         f"{SIMULATE_DONE!r}); run this again once simulate has finished, or delete {progress} if no "
+                         "simulate is writing the run any more")
+
+
 def _run_key(path, name) -> str:
     """The run name a command will use: ``--name`` (only a .jsonl suffix dropped), else the file's."""
     from whileai_pipeline.defs.resources import partition_key_for, partition_key_for_name
@@ -332,6 +345,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     from whileai_pipeline.defs.config import ConfigFileError, flat_to_run_config
 
     path = _run_file(path)
+    _not_being_simulated(path)
     key = _run_key(path, name)
     options = _load_config_file(config_file) if config_file else {}
     # Where a bad option came from: the file the user passed (the messages name only the option).
@@ -513,6 +527,7 @@ def _one_command(storage, key, out):
 def register_only(path, *, name=None, home=None, out=None) -> int:
     out = out or sys.stdout
     path = _run_file(path)
+    _not_being_simulated(path)
     key = _run_key(path, name)
     _quiet_dagster()
     storage = _storage(home)

@@ -478,3 +478,28 @@ def test_a_library_error_in_a_step_is_shown_from_its_token(home, tmp_path, monke
     assert f"  step raw_simulation_data failed: write_failed: {home / 'stages' / 'night'}/" in out.getvalue(), \
         out.getvalue()
     assert "whileai_pipeline.core.errors" not in out.getvalue()
+
+
+def test_a_run_simulate_is_still_writing_is_refused_before_anything_runs(home, tmp_path, monkeypatch, capsys):
+    """simulate writes rows as its rollouts finish and its sidecar last: a run whose progress file is not at
+    "stopped" would be exported (or put in the inbox) as a part of itself. Once simulate says "stopped", or
+    once the progress file is deleted (a simulate that was killed), the run goes through."""
+    from whileai_pipeline import cli as cli_module
+
+    src = tmp_path / "live.jsonl"
+    shutil.copyfile(SAMPLE, src)
+    progress = tmp_path / "live.jsonl.progress.json"
+    progress.write_text('{"stage": "rollout", "rows": 12}')
+    monkeypatch.setenv("WHILEAI_PIPELINE_HOME", str(home))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    for command in ("run", "register"):
+        assert cli_module.main([command, str(src)]) == 2
+        err = capsys.readouterr().err
+        assert (f"whileai-pipeline: error: {src}: simulate is still writing this run (live.jsonl.progress.json says "
+                f"stage 'rollout', not 'stopped'); run this again once simulate has finished, or delete {progress} "
+                "if no simulate is writing the run any more") in err, err
+    assert not (home / "inbox").exists() or list((home / "inbox").iterdir()) == []
+    assert not (home / "published").exists()
+    progress.write_text('{"stage": "stopped", "rows": 48}')
+    assert cli_module.main(["register", str(src)]) == 0
+    assert (home / "inbox" / "live.jsonl").read_bytes() == SAMPLE.read_bytes()
