@@ -241,3 +241,10 @@ def test_a_sidecar_that_is_not_utf8_names_the_byte(tmp_path):
                                               r"byte 22\); fix or delete the sidecar$"):
         wai.export_dataset(run, tmp_path / "out.jsonl")
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_judge_concurrency_takes_a_whole_float_as_workers_does():
+    def judge(a, b):
+        return {"winner": "A"}
+
+    assert len(wai.judge_pairs([dict(PAIR)], judge, concurrency=2.0)[0]) == 1

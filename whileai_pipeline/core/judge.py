@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 
+from .arguments import whole_number
 from .text import text
 
 POSITION_FLIP_FLAG = 0.2
@@ -100,10 +101,10 @@ def _asked(judging, pairs, concurrency):
 
 
 def _check_concurrency(concurrency) -> int:
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+    if (n := whole_number(concurrency)) is None or n < 1:
         raise ValueError(f"concurrency must be a whole number of at least 1, got {concurrency!r}: how many "
                          "pairs the judge is asked about at once (1 for a judge that keeps state)")
-    return concurrency
+    return n
 
 
 def is_pair(entry):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import orjson
 
-from .errors import ExportError
+from .arguments import check_rows
 from .gates import scrub
 from .groups import KeyIndex
 from .parallel import PartFiles, append_part
@@ -473,13 +473,8 @@ def build_preference_pairs(rows, *, max_pairs_per_prompt=1, min_margin=1.0, leng
 def _check_rows(rows):
     """Refuse what ``list(rows)`` would misread without a word: a path's characters or a row's keys are
     no rows, so the reference pairs nothing and reports "no contrast"."""
-    if isinstance(rows, (str, bytes, bytearray, os.PathLike)):
-        raise ExportError(f"build_preference_pairs takes rows, got {type(rows).__name__} {rows!r:.60}: for a JSONL "
-                          "run pass read_jsonl(path), or build the pairs file to file with build_pairs_file")
-    if isinstance(rows, dict) or not hasattr(rows, "__iter__"):
-        raise ExportError(f"build_preference_pairs takes rows, got {type(rows).__name__}"
-                          + (" (one row?): pass a list of rows" if isinstance(rows, dict) else
-                             ": pass a list of row dicts, or read_jsonl(path) for a JSONL run"))
+    check_rows(rows, "build_preference_pairs takes rows", "for a JSONL run pass read_jsonl(path), or build the "
+               "pairs file to file with build_pairs_file")
 
 
 def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True, progress=None,

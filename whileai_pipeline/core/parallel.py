@@ -33,6 +33,7 @@ from pathlib import Path, PurePosixPath
 
 import orjson
 
+from .arguments import whole_number
 from .atomic import temp_prefix
 from .errors import BadJsonlError, BadRowError, ExportError, WorkerLostError, WriteFailedError
 from .exact_numbers import long_digit_runs
@@ -233,13 +234,11 @@ def env_workers():
 
 def _count(value, name, hint):
     """``value`` as a number of processes; 2.5 or True is an error, not 2 or 1."""
-    try:
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise ValueError(value)
-        return int(value)
-    except (TypeError, ValueError, OverflowError):
+    n = whole_number(value, strings=True)
+    if n is None:
         raise ExportError(f"{name} must be a whole number of worker processes (1 for one process{hint}), "
-                          f"got {value!r}") from None
+                          f"got {value!r}")
+    return n
 
 
 def can_start_workers() -> bool:

@@ -1,0 +1,50 @@
+"""Checks of argument shapes that several functions share: a whole number of something, and rows to loop
+over. Each caller words its own error (what the argument is for, what to pass); these say what is wrong."""
+
+import numbers
+import operator
+import os
+
+from .errors import ExportError
+
+
+def whole_number(value, *, strings=False):
+    """``value`` as an ``int`` when it is a whole number (``2``, ``2.0``, a numpy integer), else None:
+    ``2.5``, ``True``, ``None``, infinity and NaN are not, nor is a string unless ``strings`` (text read
+    from an environment variable: ``"4"``, not ``"4.0"``)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        if not strings:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        pass
+    if isinstance(value, numbers.Real):
+        try:
+            n = int(value)
+        except (OverflowError, ValueError):  # infinity, NaN
+            return None
+        return n if n == value else None
+    return None
+
+
+ROWS_HINT = "pass a list of row dicts, or read_jsonl(path) for a JSONL run"
+
+
+def check_rows(rows, what, path_hint, *, error=ExportError):
+    """Refuse what looping over ``rows`` would misread without a word: a path's (or a JSON text's)
+    characters, the integers of bytes or one row's keys are no rows, and the reference skips them all
+    and reports nothing found; None or a number cannot be looped over at all. ``what`` starts the
+    message ("build_preference_pairs takes rows"), ``path_hint`` is what to do with a path or text."""
+    if isinstance(rows, (str, bytes, bytearray, os.PathLike)):
+        raise error(f"{what}, got {type(rows).__name__} {rows!r:.60}: {path_hint}")
+    if isinstance(rows, dict):
+        raise error(f"{what}, got dict (one row?): pass a list of rows")
+    if not hasattr(rows, "__iter__"):
+        raise error(f"{what}, got {type(rows).__name__} {rows!r:.60}: {ROWS_HINT}")
