@@ -248,3 +248,38 @@ def test_judge_concurrency_takes_a_whole_float_as_workers_does():
         return {"winner": "A"}
 
     assert len(wai.judge_pairs([dict(PAIR)], judge, concurrency=2.0)[0]) == 1
+
+
+FOUR = [ROW, dict(ROW, final_text="No idea.", reward=0), dict(ROW, final_text="It left today.", reward=1),
+        dict(ROW, final_text="Ask later.", reward=0)]  # one prompt, two pairs to make
+
+
+@pytest.mark.parametrize("bad, error", [("2", TypeError), (None, TypeError), (True, TypeError), ([2], TypeError),
+                                        (2.5, ValueError), (0, ValueError), (-1, ValueError),
+                                        (float("inf"), ValueError), (float("nan"), ValueError)])
+def test_max_pairs_per_prompt_must_be_a_whole_number_of_at_least_one(tmp_path, bad, error):
+    """The reference compares it with a count: a string or None fails as "'>=' not supported between
+    instances of 'int' and 'str'", 0 or -1 pair nothing without a word, 2.5 allows 3 and True 1. The
+    pipeline's config refuses less than 1 too."""
+    start = rf"^max_pairs_per_prompt must be a whole number of at least 1, got {type(bad).__name__} "
+    with pytest.raises(error, match=start + r".*: how many pairs one prompt's rollouts may give at most, e\.g\. "
+                                            r"max_pairs_per_prompt=1 \(the default\)"):
+        wai.build_preference_pairs(FOUR, max_pairs_per_prompt=bad)
+    wai.write_jsonl(tmp_path / "run.jsonl", FOUR)
+    with pytest.raises(error, match=start):
+        build_pairs_file(tmp_path / "run.jsonl", tmp_path / "pairs.jsonl", max_pairs_per_prompt=bad)
+    assert sorted(os.listdir(tmp_path)) == ["run.jsonl"]
+
+
+def test_max_pairs_per_prompt_none_says_there_is_no_unlimited_value():
+    with pytest.raises(TypeError, match=r"got NoneType None: .*; there is no value for no limit: pass the rollouts "
+                                        r"per prompt$"):
+        wai.build_preference_pairs(FOUR, max_pairs_per_prompt=None)
+
+
+def test_max_pairs_per_prompt_takes_any_whole_number():
+    np = pytest.importorskip("numpy")
+    for good in (2, 2.0, np.int64(2), 10**30):
+        pairs, report = wai.build_preference_pairs(FOUR, max_pairs_per_prompt=good)
+        assert len(pairs) == report["pairs"] == 2
+    assert len(wai.build_preference_pairs(FOUR, max_pairs_per_prompt=1)[0]) == 1

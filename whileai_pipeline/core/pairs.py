@@ -14,13 +14,14 @@ import hashlib
 import itertools
 import json
 import math
+import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
-from .arguments import check_rows
+from .arguments import check_rows, whole_number
 from .gates import scrub
 from .groups import KeyIndex
 from .parallel import PartFiles, append_part
@@ -190,6 +191,20 @@ def summary_fields(row, _=None):
 
 # ---------------------------------------------------------------- selection
 
+def check_max_pairs(max_pairs_per_prompt):
+    """A whole number of at least 1, as the pipeline's config wants it: the reference compares whatever it
+    is given with a count, so a string or None fails as a bare "'>=' not supported", and 0, -1 or
+    False pair nothing without a word, 2.5 makes up to 3 pairs and True 1."""
+    if (n := whole_number(max_pairs_per_prompt)) is not None and n >= 1:
+        return
+    number = isinstance(max_pairs_per_prompt, numbers.Real) and not isinstance(max_pairs_per_prompt, bool)
+    unlimited = "; there is no value for no limit: pass the rollouts per prompt" if max_pairs_per_prompt is None else ""
+    raise (ValueError if number else TypeError)(
+        f"max_pairs_per_prompt must be a whole number of at least 1, got {type(max_pairs_per_prompt).__name__} "
+        f"{max_pairs_per_prompt!r:.60}: how many pairs one prompt's rollouts may give at most, e.g. "
+        f"max_pairs_per_prompt=1 (the default){unlimited}")
+
+
 def check_min_margin(min_margin):
     """A positive, finite number. NaN and infinity are refused too: the reference takes them and
     silently pairs nothing."""
@@ -318,6 +333,7 @@ class SummaryTable:
     def plan(self, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True) -> "PairPlan":
         """Greedy pairing within each prompt group (groups in first-seen order, each group's rows in row
         order, ranked by score, best first; the rejected side the candidate closest in length)."""
+        check_max_pairs(max_pairs_per_prompt)
         check_min_margin(min_margin)
         self.prompts.seal()
         n_groups = len(self.prompts)
@@ -457,6 +473,7 @@ def pairs_report(plan, prompts_seen, with_contrast, min_margin):
 
 def build_preference_pairs(rows, *, max_pairs_per_prompt=1, min_margin=1.0, length_match=True):
     """Spec 8.2: (pairs, report). Each pair holds the chosen and rejected rows themselves."""
+    check_max_pairs(max_pairs_per_prompt)
     check_min_margin(min_margin)
     _check_rows(rows)
     rows = list(rows)
@@ -487,6 +504,7 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
     plan read a pair at a time.
     Returns the pair report plus ``path``, ``n_written`` and ``sha256`` of the written file.
     """
+    check_max_pairs(max_pairs_per_prompt)
     check_min_margin(min_margin)
     source, output = os.path.expanduser(source), os.path.expanduser(output)
     from .atomic import atomic_file
