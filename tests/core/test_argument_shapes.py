@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import json
 import os
+import re
 
 import pytest
 
@@ -283,3 +284,32 @@ def test_max_pairs_per_prompt_takes_any_whole_number():
         pairs, report = wai.build_preference_pairs(FOUR, max_pairs_per_prompt=good)
         assert len(pairs) == report["pairs"] == 2
     assert len(wai.build_preference_pairs(FOUR, max_pairs_per_prompt=1)[0]) == 1
+
+
+@pytest.mark.parametrize("rows, said", [
+    (None, "got NoneType None: pass a list of row dicts, or read_jsonl(path) for a JSONL run"),
+    (5, "got int 5: pass a list of row dicts, or read_jsonl(path) for a JSONL run"),
+    (ROW, "got dict (one row?): pass a list of rows"),
+    ("run.jsonl", "got str 'run.jsonl': pass the rows themselves, e.g. read_jsonl(path) for a JSONL file"),
+    ('[{"prompt": "hi"}]', """got str '[{"prompt": "hi"}]': pass the rows themselves"""),
+    (b"[]", "got bytes b'[]': pass the rows themselves"),
+])
+@pytest.mark.parametrize("call", ["to_trl", "to_trl_preference", "tool_call_roundtrip"])
+def test_to_trl_and_tool_call_roundtrip_take_a_list_of_rows(rows, said, call):
+    """The reference fails on None or a number with "'NoneType' object is not iterable", and loops over a
+    dict's keys or a string's characters, skipping them all: to_trl returns [], tool_call_roundtrip
+    fails with "'str' object has no attribute 'get'" (ours reported 0 calls checked)."""
+    with pytest.raises(TypeError, match="^" + re.escape(f"rows must be a list of row dicts, {said}")):
+        if call == "to_trl":
+            wai.to_trl(rows)
+        elif call == "to_trl_preference":
+            wai.to_trl(rows, "preference")
+        else:
+            wai.tool_call_roundtrip(rows)
+
+
+def test_to_trl_and_tool_call_roundtrip_take_any_iterable_of_rows():
+    rows = wai.training_rows([ROW])
+    for given in (rows, tuple(rows), iter(rows)):
+        assert wai.to_trl(given) == wai.to_trl(rows)
+    assert wai.tool_call_roundtrip(iter(rows))["checked"] == wai.tool_call_roundtrip(rows)["checked"] == 1

@@ -35,6 +35,7 @@ def whole_number(value, *, strings=False):
 
 
 ROWS_HINT = "pass a list of row dicts, or read_jsonl(path) for a JSONL run"
+ROWS_AS_TEXT = "pass the rows themselves, e.g. read_jsonl(path) for a JSONL file"
 
 
 def check_rows(rows, what, path_hint, *, error=ExportError):

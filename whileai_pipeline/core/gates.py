@@ -6,6 +6,7 @@ exporters can run them inside their single streaming pass; the list functions wr
 
 import orjson
 
+from .arguments import ROWS_AS_TEXT, check_rows
 from .errors import ExportError
 from .conversation import conversation
 from .text import lower, normalize, text
@@ -134,6 +135,7 @@ def row_conversation_messages(row):
 def tool_call_roundtrip(rows, *, format="openai"):
     """Spec 4.2: do the tool-call arguments of these rows parse back to objects?"""
     gate = RoundtripGate(format)
+    check_rows(rows, "rows must be a list of row dicts", ROWS_AS_TEXT, error=TypeError)
     for i, row in enumerate(rows):
         if isinstance(row, dict):
             gate.add(i, row_conversation_messages(row))

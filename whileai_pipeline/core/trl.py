@@ -5,6 +5,7 @@ objects, not JSON strings. TRL's SFTTrainer reads no per-message mask: a row res
 must be a prompt/completion row.
 """
 
+from .arguments import ROWS_AS_TEXT, check_rows
 from .errors import BadRowError, ExportError
 from .wire import decode_arguments
 
@@ -157,6 +158,7 @@ def to_trl(rows, kind="training"):
     if kind not in KINDS:
         raise ExportError(f"kind must be 'training' or 'preference', got {kind!r}: 'training' reshapes SFT rows, "
                           "'preference' chosen/rejected pairs ('completion' gives prompt/completion SFT rows)")
+    check_rows(rows, "rows must be a list of row dicts", ROWS_AS_TEXT, error=TypeError)
     convert = {"training": trl_training_row, "completion": trl_completion_row,
                "preference": trl_preference_row}[kind]
     out = []
