@@ -313,3 +313,46 @@ def test_to_trl_and_tool_call_roundtrip_take_any_iterable_of_rows():
     for given in (rows, tuple(rows), iter(rows)):
         assert wai.to_trl(given) == wai.to_trl(rows)
     assert wai.tool_call_roundtrip(iter(rows))["checked"] == wai.tool_call_roundtrip(rows)["checked"] == 1
+
+
+NOT_PATHS = [5, 2.5, True, False, 0, b"out.jsonl", ["out.jsonl"]]
+
+
+@pytest.mark.parametrize("output", NOT_PATHS)
+def test_an_output_that_is_not_a_path_is_refused(tmp_path, monkeypatch, output):
+    """pathlib's own words were "expected str, bytes or os.PathLike object, not int"; the reference takes a
+    falsy one (0, False) as no output and writes nothing."""
+    monkeypatch.chdir(tmp_path)
+    start = (f"output must be a path (str or os.PathLike) or None, got {type(output).__name__} {output!r}: pass the "
+             "file to write, e.g. 'train.jsonl', or None (the default) to write ")
+    with pytest.raises(TypeError, match="^" + re.escape(start + "<name>.train<suffix> beside a JSONL source and no "
+                                                        "file for rows in memory")):
+        wai.export_dataset([ROW], output)
+    run = _run_file(tmp_path)
+    with pytest.raises(TypeError, match="^" + re.escape(start)):
+        wai.export_training(run, output)
+    with pytest.raises(TypeError, match="^" + re.escape(start + "no file and get the report only")):
+        wai.export_preference([PAIR], output)
+    assert os.listdir(tmp_path) == ["run.jsonl"]
+
+
+@pytest.mark.parametrize("output", NOT_PATHS)
+@pytest.mark.parametrize("call", ["export_datasets", "export_preferences"])
+def test_an_output_per_format_that_is_not_a_path_is_refused(tmp_path, monkeypatch, output, call):
+    monkeypatch.chdir(tmp_path)
+    outputs = {"openai": "sft.jsonl", "trl": output}
+    said = (f"outputs['trl'] must be a path (str or os.PathLike), got {type(output).__name__} {output!r}: give "
+            "every format its own file, e.g. {'openai': 'out.openai.jsonl', 'trl': 'out.trl.jsonl'}")
+    with pytest.raises(TypeError, match="^" + re.escape(said)):
+        if call == "export_datasets":
+            wai.export_datasets([ROW], outputs)
+        else:
+            wai.export_preferences([PAIR], outputs)
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_output_given_as_a_path_or_none_still_goes(tmp_path):
+    assert "path" not in wai.export_dataset([ROW], None)
+    assert "path" not in wai.export_dataset([ROW], "")  # the spec's "no output"
+    assert wai.export_dataset([ROW], tmp_path / "a.jsonl")["n_written"] == 1
+    assert wai.export_dataset([ROW], str(tmp_path / "b.jsonl"))["n_written"] == 1

@@ -12,6 +12,16 @@ from .gates import check_format
 from .runs import sidecar_path
 
 
+def check_output(output, none_means):
+    """An output that is a path or None; anything else is a TypeError that says so (pathlib's own says
+    "expected str, bytes or os.PathLike object", and the spec takes a falsy one, 0 or False, as none).
+    ``none_means`` says what None does for this exporter."""
+    if output is None or isinstance(output, (str, os.PathLike)):
+        return
+    raise TypeError(f"output must be a path (str or os.PathLike) or None, got {type(output).__name__} "
+                    f"{output!r:.60}: pass the file to write, e.g. 'train.jsonl', or None {none_means}")
+
+
 def destination(output, source_path):
     if output:
         return Path(output).expanduser()
@@ -73,6 +83,10 @@ def check_outputs(outputs, who):
     seen = {}
     for fmt, output in outputs.items():
         check_format(fmt)
+        if output is not None and not isinstance(output, (str, os.PathLike)):
+            raise TypeError(f"outputs[{fmt!r}] must be a path (str or os.PathLike), got {type(output).__name__} "
+                            f"{output!r:.60}: give every format its own file, e.g. {{'openai': "
+                            "'out.openai.jsonl', 'trl': 'out.trl.jsonl'}")
         if not output:
             raise ExportError(f"{who}: no output path for format {fmt!r}; give every format its own path")
         where = Path(output).expanduser().resolve()

@@ -16,7 +16,7 @@ from .gates import (
     scrub,
 )
 from .jsonl import dumps, dumps_reusing
-from .output import check_outputs, destination, published_one_of, refuse_source, with_elapsed
+from .output import check_output, check_outputs, destination, published_one_of, refuse_source, with_elapsed
 from .pairs import first_turn_note, length_note
 from .progress import tick
 from .rows import SchemaCheck, preference_problems, stamp
@@ -254,6 +254,7 @@ def export_preference(pairs, output=None, *, system_prompt=None, tools=None, str
     ``workers`` (ours): processes for a large JSONL path source, as for ``export_dataset``.
     """
     check_format(format)
+    check_output(output, "(the default) to write no file and get the report only")
     return _export(pairs, {format: output}, system_prompt, tools, strip_think, validate, drop_ties, progress,
                    workers)[format]
 

@@ -31,7 +31,7 @@ from .gates import (
 from .groups import GroupStats, row_summary, verdict
 from .jsonl import _BLANK, dumps, dumps_reusing, iter_jsonl, iter_jsonl_lines
 from .masks import check_mask_mode
-from .output import check_outputs, destination, published_one_of, refuse_source, with_elapsed
+from .output import check_output, check_outputs, destination, published_one_of, refuse_source, with_elapsed
 from .progress import tick
 from .rows import SchemaCheck, convert_row, training_problems
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
@@ -403,6 +403,8 @@ def export_dataset(source, output=None, *, system_prompt=None, tools=None, strip
     ``progress`` (ours): a callable of the number of source rows done, called every few hundred rows.
     """
     check_format(format)
+    check_output(output, "(the default) to write <name>.train<suffix> beside a JSONL source and no file for rows "
+                 "in memory")
     return _export(source, {format: output}, system_prompt, tools, strip_think, validate, mask_mode, unroll,
                    max_tool_output_chars, workers, progress)[format]
 
