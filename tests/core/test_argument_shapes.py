@@ -356,3 +356,27 @@ def test_an_output_given_as_a_path_or_none_still_goes(tmp_path):
     assert "path" not in wai.export_dataset([ROW], "")  # the spec's "no output"
     assert wai.export_dataset([ROW], tmp_path / "a.jsonl")["n_written"] == 1
     assert wai.export_dataset([ROW], str(tmp_path / "b.jsonl"))["n_written"] == 1
+
+
+@pytest.mark.parametrize("text", ['{"prompt": "hi"}', '[{"prompt": "hi"}]', '\n  [{"prompt": "hi"}]',
+                                  '[{"prompt": "' + "x" * 300 + '"}]'])  # too long for a file name
+@pytest.mark.parametrize("call", ["export_dataset", "training_rows", "export_preference"])
+def test_a_source_that_is_json_text_is_said_to_be_no_path(tmp_path, monkeypatch, text, call):
+    """Taken as a path it failed with "no such source file" or, when long, "[Errno 36] File name too long"
+    (the reference: FileNotFoundError or OSError, which this still is)."""
+    monkeypatch.chdir(tmp_path)
+    said = (f"no such source file: got str {text!r:.60}, which looks like JSON text, not a path: pass the rows "
+            "themselves, a list of dicts (json.loads the text, or each line of JSONL text), or the path of a "
+            ".jsonl file")
+    with pytest.raises(FileNotFoundError, match="^" + re.escape(said) + "$"):
+        getattr(wai, call)(text)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_file_whose_name_starts_like_json_is_read_as_a_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    wai.write_jsonl("[run].jsonl", [ROW])
+    assert len(wai.training_rows("[run].jsonl")) == 1
+    assert wai.export_dataset("[run].jsonl")["path"] == "[run].train.jsonl"
+    with pytest.raises(FileNotFoundError, match=r"^no such source file: other\.jsonl \(pass a JSONL run"):
+        wai.training_rows("other.jsonl")  # a missing path that is no JSON text: as before

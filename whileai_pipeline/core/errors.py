@@ -6,8 +6,10 @@ import os
 
 class ExportError(ValueError):
     """Base of the errors this library defines. A few argument checks raise a plain ValueError or
-    TypeError, as the reference's do: min_margin, judge_pairs' entries and concurrency, export_preference
-    given entries that are not pairs, a scorer that fails (ScorerError)."""
+    TypeError, as the reference's do: min_margin, max_pairs_per_prompt, judge_pairs' entries and
+    concurrency, export_preference given entries that are not pairs, rows of to_trl and
+    tool_call_roundtrip, an output that is not a path, a scorer that fails (ScorerError); a JSON text
+    given as a source path is a FileNotFoundError."""
 
 
 class BadJsonlError(ExportError):

@@ -194,6 +194,7 @@ def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True, list
         if isinstance(source, Run):
             path = source.path
     elif isinstance(source, (str, Path)):
+        _refuse_json_text(source)
         path = Path(source).expanduser()
         require_file(path, "source file", "pass a JSONL run, a run object or rows")
         hashed = _HashingRows(path)
@@ -231,6 +232,17 @@ def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True, list
             tools_from = "none"
     return Source(rows=rows, path=path, system=system, tools=tool_list, system_source=system_from,
                   tools_source=tools_from, hashed=hashed)
+
+
+def _refuse_json_text(source):
+    """A string that names no file and starts like JSON is the rows' text, not a path: say so, where
+    opening it says "No such file" or, for a long one, "File name too long" (``OSError``, as the
+    reference's). A file by that name is read as any other."""
+    if isinstance(source, str) and source.lstrip()[:1] in ("{", "[") and not os.path.exists(
+            os.path.expanduser(source)):
+        raise FileNotFoundError(f"no such source file: got str {source!r:.60}, which looks like JSON text, not a "
+                                "path: pass the rows themselves, a list of dicts (json.loads the text, or each "
+                                "line of JSONL text), or the path of a .jsonl file")
 
 
 def _profile_values(profile):
