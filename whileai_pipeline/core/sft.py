@@ -565,13 +565,11 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
         warnings.append(
             f"{t.dropped} rows have no assistant turn after the first message and were dropped: a TRL "
             "prompt/completion row needs a completion to train on.")
-    if not t.rows_read:
-        used_up = src.hashed is None and not _rereadable(src.rows)
+    if not t.rows_read and src.hashed is None and not _rereadable(src.rows):  # an empty list or file: as spec E47
         warnings.append(
-            "the source gave no rows, so the file has none"
-            + ("; an iterator or generator is read once (DECISIONS 5), so one an earlier export read is used up: "
-               "export every format from one read with export_datasets, or pass a list of rows" if used_up else
-               "; check that it is the run you meant") + ".")
+            "the iterator given as the source gave no rows, so the file has none; an iterator or generator is "
+            "read once (DECISIONS 5), so one an earlier export read is used up: export every format from one "
+            "read with export_datasets, or pass a list of rows.")
     if warnings:
         report["warnings"] = warnings
     if t.dropped:
