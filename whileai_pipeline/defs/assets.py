@@ -18,7 +18,6 @@ import os
 import shutil
 
 import dagster as dg
-import orjson
 
 import whileai_pipeline.simulations as wai
 from whileai_pipeline.core.atomic import atomic_file
@@ -523,14 +522,13 @@ def _gates_run_after(context) -> bool:
 def _not_put_in_place(exc, storage, key, kind, cand_dir, refused) -> str:
     """The step's failure when a file could not be renamed into ``published/`` (or, for an export the gates
     ``refused``, into ``rejected/``): Dagster would show the bare OSError, which says neither what was left
-    published nor what to do. The files already replaced are those of the publish journal whose staged
-    copy is gone."""
+    published nor what to do. A refused rename puts back the files already replaced (``journal.rollback``)
+    and deletes the publish journal; a journal still there names the files it could not put back."""
     where = exc.filename2 or exc.filename or cand_dir
     folder = storage.rejected_root(key) if refused else storage.published_dir(key)
     done = []
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        plan = orjson.loads((cand_dir / f"publish-{kind}{journal.SUFFIX}").read_bytes())
-        done = [dest for staged, dest in plan["moves"] if not os.path.lexists(staged)]
+        done = journal.replaced(cand_dir / f"publish-{kind}{journal.SUFFIX}")
     if refused:
         state = (f"the gates refused this export ({refused}) and its candidate could not be kept under {folder}; "
                  "the published files are unchanged")

@@ -4,9 +4,19 @@ of one export published together.
 Each is one system call, and a process killed between two of them (the OOM killer, Ctrl-C) left a new
 file beside an old one: new scored rows beside the previous run's system prompt and tools, which the
 next re-export then published together. So the renames (and removals) are first written down in a
-journal beside the files, then done, and the journal is deleted last. Every step of a run finishes the
-journals it finds under the run's lock (``finish_all``) before it reads or writes anything, so a set of
-renames a crash interrupted is completed, never left half done.
+journal beside the files, then done, and the journal is deleted last.
+
+A set of renames a step could not complete is settled in one of two directions:
+
+* forward, after a crash: every step of a run finishes the journals it finds under the run's lock
+  (``finish_all``) before it reads or writes anything. A killed process can do nothing more, and the
+  staged files hold the whole new set, so completing it is what always works.
+* back, when a rename or removal is refused (EPERM, EACCES: an immutable file, another user's file in a
+  sticky folder): the process is alive, and doing the journal again would be refused again, so the
+  files already replaced get their previous version back (``rollback``). ``commit`` keeps each file it
+  replaces or removes as a hard link beside the staged files before the journal is written, so putting
+  it back is a rename too: the same bytes, mode and owner. A file that cannot be hard-linked (another
+  filesystem) cannot be put back: that journal is left as it is, naming what was replaced.
 """
 
 import contextlib
@@ -23,16 +33,36 @@ SUFFIX = ".journal.json"
 
 def commit(journal: Path, moves, remove=()) -> None:
     """Rename each ``(staged, dest)`` of ``moves`` and delete each path of ``remove``, journaled first in
-    ``journal`` (a file name ending in ``.journal.json``, in the folder of the staged files)."""
+    ``journal`` (a file name ending in ``.journal.json``, in the folder of the staged files). When one is
+    refused, those already done are put back (``rollback``) and the error is raised."""
+    journal = Path(journal)
+    kept = {}  # each destination or path to remove that exists: its kept copy, or None when none could be made
+    for i, path in enumerate([str(dest) for _, dest in moves] + [str(path) for path in remove]):
+        if os.path.lexists(path):
+            copy = str(journal.with_name(f".{journal.name[:-len(SUFFIX)].lstrip('.')}.previous{i}.tmp"))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(copy)  # one a killed step left: not a copy of this file
+            try:
+                os.link(path, copy, follow_symlinks=False)
+            except OSError:  # another filesystem (EXDEV), a file the kernel will not link (EPERM)
+                copy = None
+            kept[path] = copy
     write_json(journal, {"moves": [[str(staged), str(dest)] for staged, dest in moves],
-                         "remove": [str(path) for path in remove]})
-    finish(journal)
+                         "remove": [str(path) for path in remove], "kept": kept})
+    try:
+        finish(journal)
+    except OSError as exc:
+        try:
+            rollback(journal)
+        except OSError as failed:
+            exc.add_note(f"putting back the files already replaced failed too: {failed}")
+        raise
 
 
 def finish(journal: Path) -> None:
     """Carry out a journal: rename every staged file still in place onto its destination, remove the
-    paths to remove, then delete the journal. Run again after a crash, it does what is left (a staged
-    file already renamed is no longer there)."""
+    paths to remove, then delete the kept copies and the journal. Run again after a crash, it does what is
+    left (a staged file already renamed is no longer there)."""
     plan = orjson.loads(Path(journal).read_bytes())
     touched = set()
     for staged, dest in plan["moves"]:
@@ -45,7 +75,53 @@ def finish(journal: Path) -> None:
             touched.add(os.path.dirname(path))
     for directory in touched:
         fsync_dir(directory)
+    for copy in (plan.get("kept") or {}).values():
+        if copy:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(copy)
     os.unlink(journal)
+
+
+def rollback(journal: Path) -> bool:
+    """Undo what ``finish`` did of a journal: put back the kept copy of each file replaced or removed,
+    remove each destination that did not exist before; returns whether it did (False, touching nothing,
+    when a replaced or removed file has no kept copy).
+
+    The undoing is itself a journal written over this one (``undo``: the kept copies are its staged
+    files), so a crash half-way through it is completed by ``finish_all`` like any other."""
+    plan = orjson.loads(Path(journal).read_bytes())
+    kept = plan.get("kept") or {}
+    moves, remove = [], []
+    for staged, dest in plan["moves"]:
+        if not os.path.lexists(staged):  # done
+            if dest not in kept:
+                remove.append(dest)  # there was no file there
+            elif kept[dest]:
+                moves.append([kept[dest], dest])
+            else:
+                return False
+    for path in plan["remove"]:
+        if not os.path.lexists(path) and path in kept:  # done
+            if not kept[path]:
+                return False
+            moves.append([kept[path], path])
+    restored = {copy for copy, _ in moves}
+    for copy in kept.values():  # the copies of files left in place
+        if copy and copy not in restored:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(copy)
+    write_json(journal, {"moves": moves, "remove": remove, "undo": True})
+    finish(journal)
+    return True
+
+
+def replaced(journal: Path) -> list:
+    """The destinations that hold a new file of ``journal`` (a journal ``commit`` left after a refusal)."""
+    plan = orjson.loads(Path(journal).read_bytes())
+    if plan.get("undo"):  # a rollback that failed half-way: what it has not put back yet
+        return [dest for copy, dest in plan["moves"] if os.path.lexists(copy)] + [
+            path for path in plan["remove"] if os.path.lexists(path)]
+    return [dest for staged, dest in plan["moves"] if not os.path.lexists(staged)]
 
 
 def finish_all(stage_dir: Path) -> list:
