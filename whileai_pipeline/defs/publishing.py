@@ -21,7 +21,8 @@ exported, gated and published apart: each file's report names its source and SHA
 
 The renames of one publish are several system calls: a process killed between two of them would leave
 a new file beside an old one. So they are journaled (``journal.commit``: ``publish-<kind>.journal.json``
-in the candidate folder), and the next step of the run finishes any journal it finds.
+in the candidate folder), and the next step of the run finishes any journal it finds. A rename refused
+half-way (EPERM, EACCES) is undone instead: the files already replaced are put back.
 """
 
 import datetime
@@ -98,7 +99,8 @@ def publish(candidates: dict, reports: dict, destinations: dict, kind: str, othe
     format's published file and report as they were, never a new ``sft.openai.jsonl`` beside an old
     ``sft.trl.jsonl`` or an old report. A replaced file keeps its mode (a trainer's read access). The
     renames and removals are journaled first (``journal.commit``), so a crash among them is completed
-    by the next step of the run instead of leaving old and new files side by side.
+    by the next step of the run instead of leaving old and new files side by side, and a refused one
+    puts back the files already replaced before its error is raised.
     """
     outcomes, moves = {}, []
     for fmt, candidate in candidates.items():
