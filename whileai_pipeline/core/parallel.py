@@ -445,6 +445,19 @@ def append_part(part, out, digest):
             os.unlink(part)
 
 
+def _output_failed(exc, outputs):
+    """The output among ``outputs`` (one, a list, or None) that a worker's ``exc`` is a write failure of:
+    the one whose part file it names, else, for an error only writing raises (``WRITE_ERRNOS``), the
+    first; None when it is no write failure of theirs."""
+    if outputs is None:
+        return None
+    outputs = [outputs] if isinstance(outputs, (str, os.PathLike)) else [o for o in outputs if o is not None]
+    named = next((output for output in outputs if _names_a_part(exc, output)), None)
+    if named is None and exc.errno in WRITE_ERRNOS and outputs:
+        return outputs[0]
+    return named
+
+
 def _names_a_part(exc, output) -> bool:
     """Whether ``exc`` is about one of the temp or part files beside ``output`` (the output's folder
     removed or made read-only under a running export): the output's error, not a bare
@@ -532,8 +545,9 @@ class WorkerPool:
 
         A failure is SourceChangedError when ``path`` changed meanwhile, and WorkerLostError for a
         worker that died of something other than an error of its own (a signal, the OOM killer).
-        When the tasks write part files beside an output (``writes_beside``), a full disk, a quota,
-        a file size limit or a read-only filesystem there is WriteFailedError for that output.
+        When the tasks write part files beside an output (``writes_beside``: one, or a list when each
+        format of an export has its own), a full disk, a quota, a file size limit or a read-only
+        filesystem there, or a part file gone with its folder, is WriteFailedError for that output.
         """
         path = str(path)
         pending = collections.deque()
@@ -551,8 +565,9 @@ class WorkerPool:
                 except cf.process.BrokenProcessPool as exc:  # SourceChangedError instead if the file changed
                     raise WorkerLostError(path) from exc
                 except OSError as exc:
-                    if writes_beside is not None and (exc.errno in WRITE_ERRNOS or _names_a_part(exc, writes_beside)):
-                        raise WriteFailedError(writes_beside, exc) from exc
+                    output = _output_failed(exc, writes_beside)
+                    if output is not None:
+                        raise WriteFailedError(output, exc) from exc
                     raise
         finally:
             for future in pending:

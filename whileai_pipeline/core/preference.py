@@ -232,7 +232,7 @@ def _run_pairs(src, plans, tallies, spools, workers):
                         for k, chunk in enumerate(byte_chunks(src.path)))
                 lines_done = 0  # a chunk numbers its lines from 1
                 for outcomes, parts, n_lines in pool.ordered(write_chunk, src.path, jobs,
-                                                             writes_beside=spools[0].dest):
+                                                             writes_beside=[s.dest for s in spools]):
                     for lineno, outcome in outcomes:
                         consume(outcome, lines_done + lineno)
                     lines_done += n_lines

@@ -368,7 +368,7 @@ def _run_pass(src, plans, tallies, spools, prescan_wanted, pool):
     jobs = ((chunk, _sft_lines, plans, tuple(spool.part(k) for spool in spools))
             for k, chunk in enumerate(byte_chunks(src.path)))
     before = 0  # lines of the chunks already consumed: the workers number each chunk's lines from 1
-    for outcomes, parts, lines in pool.ordered(write_chunk, src.path, jobs, writes_beside=spools[0].dest):
+    for outcomes, parts, lines in pool.ordered(write_chunk, src.path, jobs, writes_beside=[s.dest for s in spools]):
         for line, outcome in outcomes:
             consume(outcome, before + line)
         before += lines
