@@ -333,6 +333,28 @@ def test_a_run_that_changes_while_it_is_staged_fails_and_keeps_the_previous_stag
     assert sorted(p.name for p in stage.parent.iterdir() if p.name.startswith(".")) == []
 
 
+def test_raw_stage_materialized_by_hand_while_simulate_writes_the_run_reads_nothing(chain):
+    """The sensor and the CLI wait for simulate; a materialization by hand (the UI, dagster asset
+    materialize) of a run simulate is still writing into the inbox fails instead of staging a part of it,
+    and keeps the previous stage."""
+    key = chain.register()
+    assert chain.materialize(key, selection=["raw_simulation_data"]).success
+    stage = chain.storage.stage_path(key, "raw")
+    staged = stage.read_bytes()
+    run_file = chain.storage.run_path(key)
+    progress = _progress(run_file, "rollout")
+    result = chain.materialize(key, selection=["raw_simulation_data"])
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert failure.event_specific_data.error.message.strip().endswith(
+        f"simulate is still writing {run_file} ({progress.name} says stage 'rollout', not 'stopped'); nothing was "
+        "read. Materialize again once simulate has finished (the inbox sensor takes the run by itself then), or "
+        f"delete {progress} if no simulate is writing it any more.")
+    assert stage.read_bytes() == staged
+    _progress(run_file, "stopped")
+    assert chain.materialize(key, selection=["raw_simulation_data"]).success
+
+
 def test_content_that_comes_back_is_a_new_version_with_its_own_run_key(storage, instance):
     """A, then B, then A again: Dagster never launches a sensor's run key twice, so the third version
     needs a key of its own, or the inbox would say A while stages and exports keep B."""

@@ -27,7 +27,7 @@ from whileai_pipeline.core.judge import judge_pairs_file
 from whileai_pipeline.core.pairs import build_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
 from whileai_pipeline.core.rows import shape_problem
-from whileai_pipeline.core.runs import read_sidecar_file
+from whileai_pipeline.core.runs import SIMULATE_DONE, progress_path, read_sidecar_file, simulate_stage
 from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callable, passing_rows_file, resolve_scorer,
                                            score_file, score_stats_of_file)
 
@@ -167,6 +167,13 @@ def raw_simulation_data(
         raise dg.Failure(
             description=f"no run file for partition {key!r}: expected {storage.run_path(key)}. Register "
             "one with `whileai-pipeline run PATH` or copy <name>.jsonl into the inbox." + storage.root_hint()
+        )
+    stage_said = simulate_stage(src)
+    if stage_said is not None:  # the sensor and the CLI wait for it too: a part of the run, without its sidecar
+        raise dg.Failure(
+            description=f"simulate is still writing {src} ({progress_path(src).name} says stage {stage_said!r}, not "
+            f"{SIMULATE_DONE!r}); nothing was read. Materialize again once simulate has finished (the inbox sensor "
+            f"takes the run by itself then), or delete {progress_path(src)} if no simulate is writing it any more."
         )
     meta_src = meta_path_for(src)
     stage = storage.stage_path(key, STAGE_RAW)
