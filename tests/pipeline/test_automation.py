@@ -351,6 +351,11 @@ def test_raw_stage_materialized_by_hand_while_simulate_writes_the_run_reads_noth
         "read. Materialize again once simulate has finished (the inbox sensor takes the run by itself then), or "
         f"delete {progress} if no simulate is writing it any more.")
     assert stage.read_bytes() == staged
+    # a simulate killed mid-run leaves "rollout": after an hour without a change the run is read, as the
+    # sensor then takes it
+    for path in (run_file, run_file.with_name(f"{key}.meta.json"), progress):
+        _age(path, seconds=3700)
+    assert chain.materialize(key, selection=["raw_simulation_data"]).success
     _progress(run_file, "stopped")
     assert chain.materialize(key, selection=["raw_simulation_data"]).success
 

@@ -482,8 +482,8 @@ def test_a_library_error_in_a_step_is_shown_from_its_token(home, tmp_path, monke
 
 def test_a_run_simulate_is_still_writing_is_refused_before_anything_runs(home, tmp_path, monkeypatch, capsys):
     """simulate writes rows as its rollouts finish and its sidecar last: a run whose progress file is not at
-    "stopped" would be exported (or put in the inbox) as a part of itself. Once simulate says "stopped", or
-    once the progress file is deleted (a simulate that was killed), the run goes through."""
+    "stopped" would be exported (or put in the inbox) as a part of itself. Once nothing changed for an hour
+    (a simulate that was killed), or simulate says "stopped", the run goes through."""
     from whileai_pipeline import cli as cli_module
 
     src = tmp_path / "live.jsonl"
@@ -500,6 +500,10 @@ def test_a_run_simulate_is_still_writing_is_refused_before_anything_runs(home, t
                 "if no simulate is writing the run any more") in err, err
     assert not (home / "inbox").exists() or list((home / "inbox").iterdir()) == []
     assert not (home / "published").exists()
+    then = os.stat(src).st_mtime_ns - 3700 * 10**9  # an hour without a change: a simulate killed mid-run
+    for path in (src, progress):
+        os.utime(path, ns=(then, then))
+    assert cli_module.main(["register", str(src)]) == 0
     progress.write_text('{"stage": "stopped", "rows": 48}')
     assert cli_module.main(["register", str(src)]) == 0
     assert (home / "inbox" / "live.jsonl").read_bytes() == SAMPLE.read_bytes()

@@ -9,6 +9,7 @@ import concurrent.futures as cf
 import contextlib
 import hashlib
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +64,7 @@ def sidecar_path(path) -> Path:
 
 PROGRESS_SUFFIX = ".progress.json"
 SIMULATE_DONE = "stopped"  # the stage a progress file ends at, finished or interrupted
+SIMULATE_PATIENCE_SECONDS = 3600.0  # a progress file left unchanged this long: its simulate was killed
 
 
 def progress_path(path):
@@ -71,9 +73,9 @@ def progress_path(path):
     return path.with_name(path.name + PROGRESS_SUFFIX)
 
 
-def simulate_stage(path) -> str | None:
-    """The stage ``simulate`` says it is at while it still writes the run at ``path`` (``"rollout"``:
-    appending rows), None once it is done or when there is no readable progress file.
+def progress_stage(path) -> str | None:
+    """The stage the progress file of the run at ``path`` names (``"rollout"``: appending rows), None when
+    it says ``"stopped"`` or there is no readable progress file.
 
     ``simulate`` appends rows as its rollouts finish and writes the sidecar only at the end; with an
     agent that takes minutes a rollout, the run goes unmodified for longer than any settle time while
@@ -85,6 +87,20 @@ def simulate_stage(path) -> str | None:
     except (OSError, orjson.JSONDecodeError, AttributeError):
         return None
     return stage if isinstance(stage, str) and stage != SIMULATE_DONE else None
+
+
+def simulate_stage(path) -> str | None:
+    """``progress_stage`` while ``simulate`` is still writing the run: unless the run, its sidecar and
+    its progress file have all gone ``SIMULATE_PATIENCE_SECONDS`` without a change (a ``simulate``
+    killed mid-run never says "stopped")."""
+    stage = progress_stage(path)
+    if stage is None:
+        return None
+    times = []
+    for file in (Path(path), sidecar_path(path), progress_path(path)):
+        with contextlib.suppress(OSError):
+            times.append(os.stat(file).st_mtime_ns)
+    return stage if times and time.time_ns() - max(times) < SIMULATE_PATIENCE_SECONDS * 1e9 else None
 
 
 def read_sidecar(path):

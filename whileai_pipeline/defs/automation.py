@@ -6,7 +6,7 @@
 * ``inbox_sensor``: a new or changed run file (or sidecar) in the inbox registers a partition and
   requests the chain for it, once per content (``run_key = "<name>:<sha256[:16]>"``), once it has
   settled: not modified for ``$WHILEAI_PIPELINE_SETTLE_SECONDS`` (default 30), and not while ``simulate``
-  says it is still writing it (``simulate_stage``). A tick hashes files for
+  says it is still writing it (``progress_stage``). A tick hashes files for
   at most ``$WHILEAI_PIPELINE_SENSOR_BUDGET_SECONDS`` (default 20) and leaves the rest to the next one.
 * ``reexport_schedule``: on ``$WHILEAI_PIPELINE_CRON`` (default ``0 3 * * *``, daily at 03:00
   UTC), one re-export request per registered run whose exports would change (its stage files, options
@@ -22,7 +22,8 @@ import time
 import dagster as dg
 from dagster._utils.schedules import is_valid_cron_string  # the rule ScheduleDefinition applies (Dagster pinned)
 
-from whileai_pipeline.core.runs import PROGRESS_SUFFIX, SIMULATE_DONE, progress_path, simulate_stage
+from whileai_pipeline.core.runs import (PROGRESS_SUFFIX, SIMULATE_DONE, SIMULATE_PATIENCE_SECONDS, progress_path,
+                                        progress_stage)
 
 from .code_fingerprint import code_fingerprint_on_disk
 from .assets import ASSET_NAMES, ASSETS, STAGE_PAIRS, STAGE_SCORED, dpo_export, raw_simulation_data, sft_export
@@ -95,9 +96,6 @@ def _signature(path):
     pst = progress.stat() if progress.is_file() else None
     return [st.st_size, st.st_mtime_ns, mst.st_size if mst else None, mst.st_mtime_ns if mst else None,
             pst.st_mtime_ns if pst else None]
-
-
-SIMULATE_PATIENCE_SECONDS = 3600.0  # a progress file unchanged this long: its simulate was killed
 
 
 def reexport_mode() -> str:
@@ -245,7 +243,7 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
         if prev and prev.get("sig") == sig:
             cursor[key] = prev
             continue
-        stage = simulate_stage(path)
+        stage = progress_stage(path)
         if stage is not None:
             if now_ns - _newest(sig) < SIMULATE_PATIENCE_SECONDS * 1e9:  # still being written: look again later
                 if prev:
