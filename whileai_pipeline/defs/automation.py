@@ -23,7 +23,7 @@ import dagster as dg
 from dagster._utils.schedules import is_valid_cron_string  # the rule ScheduleDefinition applies (Dagster pinned)
 
 from whileai_pipeline.core.runs import (PROGRESS_SUFFIX, SIMULATE_DONE, SIMULATE_PATIENCE_SECONDS, progress_path,
-                                        progress_stage)
+                                        progress_stage, simulate_stage)
 
 from .code_fingerprint import code_fingerprint_on_disk
 from .assets import ASSET_NAMES, ASSETS, STAGE_PAIRS, STAGE_SCORED, dpo_export, raw_simulation_data, sft_export
@@ -147,13 +147,8 @@ def _settling(sig, now_ns, settle) -> bool:
     A run written straight into the inbox (``simulate`` appending trajectory by trajectory) would
     otherwise be taken at every sensor tick, hashed whole each time, and exported half-written.
     """
-    return now_ns - _newest(sig, progress=False) < settle * 1e9
-
-
-def _newest(sig, progress=True) -> int:
-    """The latest mtime in a ``_signature``: of the run, its sidecar and (``progress``) simulate's progress file."""
-    times = (sig[1], sig[3], sig[4]) if progress else (sig[1], sig[3])
-    return max(t for t in times if t is not None)
+    newest = max(t for t in (sig[1], sig[3]) if t is not None)
+    return now_ns - newest < settle * 1e9
 
 
 IGNORED = "_ignored"  # the cursor's list of inbox files not taken (no key starts with "_")
@@ -245,7 +240,7 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
             continue
         stage = progress_stage(path)
         if stage is not None:
-            if now_ns - _newest(sig) < SIMULATE_PATIENCE_SECONDS * 1e9:  # still being written: look again later
+            if simulate_stage(path) is not None:  # still being written: look again at the next tick
                 if prev:
                     cursor[key] = prev
                 writing.append(f"{key} ({stage})")
