@@ -465,7 +465,8 @@ def test_a_format_listed_twice_is_said_once(home, tmp_path, monkeypatch, capsys)
 
 def test_a_library_error_in_a_step_is_shown_from_its_token(home, tmp_path, monkeypatch):
     """A step that failed on one of the library's errors was shown with its class path first:
-    "step raw_simulation_data failed: whileai_pipeline.core.errors.WriteFailedError: write_failed: ..."."""
+    "step raw_simulation_data failed: whileai_pipeline.core.errors.WriteFailedError: write_failed: ...",
+    and a write the storage root refused gave the library's advice for an output the caller chose."""
     from whileai_pipeline.cli import run_chain
 
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
@@ -478,6 +479,11 @@ def test_a_library_error_in_a_step_is_shown_from_its_token(home, tmp_path, monke
     assert f"  step raw_simulation_data failed: write_failed: {home / 'stages' / 'night'}/" in out.getvalue(), \
         out.getvalue()
     assert "whileai_pipeline.core.errors" not in out.getvalue()
+    # the advice is the pipeline's: the library's "choose an output directory ... then export again" is for
+    # a library call, whose output the caller names
+    assert (f": File exists; this step replaced no stage and no published file. Move out of the way what is "
+            f"under {home} where the pipeline's folders or files go, then materialize again.") in out.getvalue()
+    assert "output directory" not in out.getvalue()
 
 
 def test_a_run_simulate_is_still_writing_is_refused_before_anything_runs(home, tmp_path, monkeypatch, capsys):

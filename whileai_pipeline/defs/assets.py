@@ -21,7 +21,7 @@ import dagster as dg
 
 import whileai_pipeline.simulations as wai
 from whileai_pipeline.core.atomic import atomic_file
-from whileai_pipeline.core.errors import BadJsonlError, ExportError, SourceChangedError
+from whileai_pipeline.core.errors import BadJsonlError, ExportError, SourceChangedError, WriteFailedError
 from whileai_pipeline.core.jsonl import _BLANK, dumps_line, parse_line, sha256_file
 from whileai_pipeline.core.judge import judge_pairs_file
 from whileai_pipeline.core.pairs import build_pairs_file
@@ -101,8 +101,26 @@ def _one_process_per_run(body):
                 return body(context, config, storage)
         except PartitionLockedError as exc:
             raise dg.Failure(description=str(exc)) from None
+        except WriteFailedError as exc:  # its advice ("choose an output directory") is for library calls
+            reason = getattr(exc.reason, "strerror", None) or exc.reason
+            raise dg.Failure(
+                description=f"write_failed: {exc.dest}: {reason}; this step replaced no stage and no published "
+                f"file. {_storage_advice(getattr(exc.reason, 'errno', None), storage.base)}, then materialize "
+                "again.", metadata={"error": type(exc).__name__}) from None
 
     return locked
+
+
+def _storage_advice(code, folder) -> str:
+    """What to do about a write the pipeline's storage root (``folder``) refused, by errno."""
+    if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return f"Free space on the disk holding {folder} (or raise the quota or file size limit there)"
+    if code in (errno.ENOTDIR, errno.EEXIST, errno.EISDIR):
+        return f"Move out of the way what is under {folder} where the pipeline's folders or files go"
+    if code == errno.ENOENT:
+        return f"A folder under {folder} went while the step ran: keep the storage root as the pipeline makes it"
+    return (f"Make {folder} writable for the user running the pipeline (its owner and mode, a read-only mount, "
+            "an immutable attribute)")
 
 
 def _progress(context, what):
@@ -544,11 +562,7 @@ def _not_put_in_place(exc, storage, key, kind, cand_dir, refused) -> str:
                  "files of this export are the previous ones")
     else:
         state = "nothing was published and the published files are unchanged"
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        advice = f"Free space on the disk holding {folder}"
-    else:
-        advice = (f"Make {folder} writable for the user running the pipeline (its owner and mode, a read-only "
-                  "mount, an immutable attribute)")
+    advice = _storage_advice(exc.errno, folder)
     return (f"write_failed: {kind} export for {key!r}: {where}: {exc.strerror or exc}; {state}. {advice}, "
             "then materialize again.")
 
