@@ -94,13 +94,16 @@ def simulate_stage(path) -> str | None:
     its progress file have all gone ``SIMULATE_PATIENCE_SECONDS`` without a change (a ``simulate``
     killed mid-run never says "stopped")."""
     stage = progress_stage(path)
-    if stage is None:
-        return None
+    return stage if stage is not None and changed_lately(path) else None
+
+
+def changed_lately(path) -> bool:
+    """Whether the run at ``path``, its sidecar or its progress file changed within ``SIMULATE_PATIENCE_SECONDS``."""
     times = []
     for file in (Path(path), sidecar_path(path), progress_path(path)):
         with contextlib.suppress(OSError):
             times.append(os.stat(file).st_mtime_ns)
-    return stage if times and time.time_ns() - max(times) < SIMULATE_PATIENCE_SECONDS * 1e9 else None
+    return bool(times) and time.time_ns() - max(times) < SIMULATE_PATIENCE_SECONDS * 1e9
 
 
 def read_sidecar(path):

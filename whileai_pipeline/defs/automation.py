@@ -22,8 +22,8 @@ import time
 import dagster as dg
 from dagster._utils.schedules import is_valid_cron_string  # the rule ScheduleDefinition applies (Dagster pinned)
 
-from whileai_pipeline.core.runs import (PROGRESS_SUFFIX, SIMULATE_DONE, SIMULATE_PATIENCE_SECONDS, progress_path,
-                                        progress_stage, simulate_stage)
+from whileai_pipeline.core.runs import (PROGRESS_SUFFIX, SIMULATE_DONE, SIMULATE_PATIENCE_SECONDS, changed_lately,
+                                        progress_path, progress_stage)
 
 from .code_fingerprint import code_fingerprint_on_disk
 from .assets import ASSET_NAMES, ASSETS, STAGE_PAIRS, STAGE_SCORED, dpo_export, raw_simulation_data, sft_export
@@ -240,7 +240,7 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
             continue
         stage = progress_stage(path)
         if stage is not None:
-            if simulate_stage(path) is not None:  # still being written: look again at the next tick
+            if changed_lately(path):  # still being written (``simulate_stage``): look again at the next tick
                 if prev:
                     cursor[key] = prev
                 writing.append(f"{key} ({stage})")
