@@ -4,6 +4,7 @@ tool-call arguments of odd shapes do not stop pair building."""
 
 import dataclasses
 import enum
+import errno
 import json
 import os
 import re
@@ -380,3 +381,32 @@ def test_a_file_whose_name_starts_like_json_is_read_as_a_file(tmp_path, monkeypa
     assert wai.export_dataset("[run].jsonl")["path"] == "[run].train.jsonl"
     with pytest.raises(FileNotFoundError, match=r"^no such source file: other\.jsonl \(pass a JSONL run"):
         wai.training_rows("other.jsonl")  # a missing path that is no JSON text: as before
+
+
+@pytest.mark.parametrize("call", [
+    lambda name: wai.export_dataset(name),
+    lambda name: wai.training_rows(name),
+    lambda name: list(wai.read_jsonl(name)),
+    lambda name: build_pairs_file(name, "pairs.jsonl"),
+], ids=["export_dataset", "training_rows", "read_jsonl", "build_pairs_file"])
+def test_a_source_name_too_long_for_a_file_says_so_and_stays_an_oserror(tmp_path, monkeypatch, call):
+    """``stat`` of a 300-character name fails with "[Errno 36] File name too long" and nothing else: the
+    error names what was expected and how long the name was (the class stays the reference's OSError)."""
+    monkeypatch.chdir(tmp_path)
+    name = "rows " + "x" * 300
+    with pytest.raises(OSError) as raised:
+        call(name)
+    assert raised.value.errno == errno.ENAMETOOLONG
+    assert re.fullmatch(r"\[Errno 36\] no such (source|run) file: got a name of 305 characters 'rows x{54}, "
+                        r"longer than a file name can be \((pass|check) .+\)", str(raised.value)), str(raised.value)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("text", ['[{"prompt": "hi"}]', '[{"prompt": "' + "x" * 300 + '"}]'])
+def test_pair_building_given_json_text_says_it_is_no_path(tmp_path, monkeypatch, text):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OSError, match=r"^(\[Errno 36\] )?no such source file: got .+ looks like JSON text, not a "
+                                      r"path \(pass the scored JSONL run to pair\)$") as raised:
+        build_pairs_file(text, "pairs.jsonl")
+    assert raised.value.errno == (errno.ENAMETOOLONG if len(text) > 255 else None)
+    assert os.listdir(tmp_path) == []

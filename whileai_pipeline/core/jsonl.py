@@ -8,6 +8,7 @@ never sees half a file.
 import dataclasses
 import datetime
 import enum
+import errno
 import hashlib
 import json
 import math
@@ -294,13 +295,31 @@ def sha256_of(path, chunk=1 << 20):
 
 
 def require_file(path, what, hint):
-    """Raise unless ``path`` is a file: a directory gets its own error, as it is not "missing"."""
-    if path.is_file():
-        return
-    if path.is_dir():
+    """Raise unless ``path`` is a file: a directory gets its own error, as it is not "missing"; a name
+    longer than the filesystem takes (``stat`` raises "File name too long"), or one that starts like
+    JSON, is most likely the rows' text passed as a path, and the error says so."""
+    try:
+        if path.is_file():
+            return
+        is_dir = path.is_dir()
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        text = "; it looks like JSON text, not a path" if looks_like_json_text(path) else ""
+        raise OSError(errno.ENAMETOOLONG, f"no such {what}: got a name of {len(str(path)):,} characters "
+                      f"{str(path)!r:.60}, longer than a file name can be{text} ({hint})") from None
+    if is_dir:
         raise IsADirectoryError(f"{path} is a directory, not a {what}: pass a .jsonl file in it, e.g. "
                                 f"{path / '<name>.jsonl'}")
+    if looks_like_json_text(path):
+        raise FileNotFoundError(f"no such {what}: got {str(path)!r:.60}, which looks like JSON text, not a path "
+                                f"({hint})")
     raise FileNotFoundError(f"no such {what}: {path} ({hint})")
+
+
+def looks_like_json_text(name) -> bool:
+    """A file name that starts like a JSON object or array: most likely rows passed as their text."""
+    return str(name).lstrip()[:1] in ("{", "[")
 
 
 def write_jsonl(dest, rows) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 
 from .errors import BadRowError, ExportError, SourceChangedError
-from .jsonl import iter_jsonl, read_json, require_file, sha256_of
+from .jsonl import iter_jsonl, looks_like_json_text, read_json, require_file, sha256_of
 from .text import text
 
 
@@ -257,7 +257,7 @@ def _refuse_json_text(source):
     """A string that names no file and starts like JSON is the rows' text, not a path: say so, where
     opening it says "No such file" or, for a long one, "File name too long" (``OSError``, as the
     reference's). A file by that name is read as any other."""
-    if isinstance(source, str) and source.lstrip()[:1] in ("{", "[") and not os.path.exists(
+    if isinstance(source, str) and looks_like_json_text(source) and not os.path.exists(
             os.path.expanduser(source)):
         raise FileNotFoundError(f"no such source file: got str {source!r:.60}, which looks like JSON text, not a "
                                 "path: pass the rows themselves, a list of dicts (json.loads the text, or each "
