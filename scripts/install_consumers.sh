@@ -3,7 +3,9 @@
 #
 # Order matters: the CPU build of torch 2.13.0 goes in first, by its exact version, so that no later
 # requirement (trl -> accelerate -> torch) can pull the multi-GB CUDA build of a newer torch. The rest
-# is then installed with torch held at 2.13.0 by a constraint file.
+# is then installed with torch held at 2.13.0 by a constraint file. On Linux, PyPI's torch wheel is the
+# CUDA build (with several GB of nvidia-* wheels), so the CPU one (2.13.0+cpu) comes from PyTorch's own
+# CPU index (TORCH_INDEX_URL to use a mirror); other systems' PyPI wheels are already CPU builds.
 #
 #   bash scripts/install_consumers.sh            # into the current python3
 #   PYTHON=.venv/bin/python bash scripts/install_consumers.sh
@@ -12,7 +14,11 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 TORCH="torch==2.13.0"
 
-"$PY" -m pip install -q "$TORCH"
+if [ "$(uname -s)" = Linux ]; then
+    "$PY" -m pip install -q "$TORCH+cpu" --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}"
+else
+    "$PY" -m pip install -q "$TORCH"
+fi
 
 constraint="$(mktemp)"
 trap 'rm -f "$constraint"' EXIT
@@ -36,6 +42,9 @@ for name, version in wanted.items():
 if bad:
     raise SystemExit("consumers extra incomplete:\n  " + "\n  ".join(bad))
 import torch
+if torch.version.cuda:
+    raise SystemExit(f"consumers extra: torch {torch.__version__} is a CUDA build (CUDA {torch.version.cuda}); "
+                     "uninstall it (pip uninstall torch) and run this script again")
 print("consumers extra ready: " + ", ".join(f"{n} {v}" for n, v in wanted.items())
       + f" (torch build: {torch.__version__})")
 PYCHECK
