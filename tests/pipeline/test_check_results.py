@@ -67,6 +67,26 @@ def test_a_leak_check_that_read_nothing_passes_with_warn():
     assert result.description.startswith("NOTHING TO READ: ")
 
 
+def test_a_leak_check_that_read_nothing_says_why_the_rows_had_no_privileged_context():
+    """Rows without privileged context: the advice is to export raw trajectories, which keep it."""
+    result = _leak_result(_metadata({"openai": {"privileged_leaks": NOTHING, "rows_read": 1}}), "run")
+    assert result.description.endswith("export raw trajectories (which keep their privileged blocks), not rows "
+                                       "saved through the export.")
+
+
+@pytest.mark.parametrize("formats", [("openai",), ("openai", "trl")])
+def test_a_leak_check_of_an_export_without_rows_does_not_blame_the_rows(formats):
+    """No row exported (every reward 0 with ``sft_rows: pass``): none can have carried privileged context,
+    and the advice about raw trajectories would send the user after a problem they do not have."""
+    empty = dict(NOTHING, summary="checked 0 of 0 rows: none carried privileged context, so this says nothing "
+                                  "about leaks")
+    result = _leak_result(_metadata({fmt: {"privileged_leaks": empty, "rows_read": 0} for fmt in formats}), "run")
+    assert (result.passed, result.severity) == (True, WARN)
+    assert result.description == ("NOTHING TO READ: checked 0 of 0 rows: none carried privileged context, so this "
+                                  "says nothing about leaks. No row was exported, so no reply was written that "
+                                  "could quote anything; the gate reads the rows of the next export that has some.")
+
+
 def test_a_leak_let_through_by_validate_false_passes_with_warn():
     result = _leak_result(_metadata({"openai": {"privileged_leaks": LEAKED}}, validate=False), "run")
     assert (result.passed, result.severity) == (True, WARN)

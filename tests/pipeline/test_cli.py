@@ -450,6 +450,30 @@ def test_the_cli_prints_the_warnings_a_published_export_carries(home, tmp_path, 
     assert "WARNING" not in out.getvalue(), out.getvalue()
 
 
+def test_a_run_where_every_row_failed_exits_0_and_its_leak_checks_do_not_blame_the_rows(home, tmp_path,
+                                                                                       monkeypatch):
+    """Every reward 0 and ``sft_rows: pass``: nothing to publish, and each leak check says no row was exported
+    (it said to export raw trajectories instead of saved rows, and these rows do carry privileged context)."""
+    from whileai_pipeline.cli import run_chain
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    rows = sample_rows()
+    assert all(row.get("privileged") for row in rows)
+    src = tmp_path / "all_failed.jsonl"
+    write_rows(src, [dict(row, reward=0.0) for row in rows])
+    shutil.copy(SAMPLE_META, tmp_path / "all_failed.meta.json")
+    out = io.StringIO()
+    assert run_chain(src, home=home, out=out) == 0
+    text = out.getvalue()
+    assert "  sft_export [openai]: nothing written (0 rows; nothing to publish)" in text, text
+    for asset in ("sft_export", "dpo_export"):
+        assert (f"  check {asset}.privileged_leak WARNING: NOTHING TO READ: checked 0 of 0 rows: none carried "
+                "privileged context, so this says nothing about leaks. No row was exported, so no reply was "
+                "written that could quote anything; the gate reads the rows of the next export that has some.\n"
+                in text), text
+    assert "raw trajectories" not in text, text
+
+
 def test_a_format_listed_twice_is_said_once(home, tmp_path, monkeypatch, capsys):
     """The value was quoted twice: "formats lists a format twice: ['trl', 'trl'] (got ['trl', 'trl'])"."""
     from whileai_pipeline import cli as cli_module
