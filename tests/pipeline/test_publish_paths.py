@@ -330,3 +330,126 @@ def test_a_published_folder_that_refuses_a_rename_says_what_is_published_and_wha
     assert message.rstrip().endswith("then materialize again.")
     assert tree_bytes(folder) == before
     assert journal.pending(chain.storage.stage_dir(key)) == []
+
+
+def _sft_failure(result):
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE" and e.step_key == "sft_export")
+    return failure.event_specific_data.error.message
+
+
+def test_a_refused_publish_that_could_not_keep_the_previous_files_is_left_for_the_next_step(published, monkeypatch):
+    """No kept copy (another filesystem: ``os.link`` fails), so nothing can be put back. The step went on
+    to complete the journal in its ``finally``; with the refusal cleared, that published the whole new set
+    while the step failed saying "nothing was published" (and with the refusal lasting, the candidate folder
+    was then removed with the journal in it, leaving new openai files beside old trl ones for good). Now the
+    journal and its folder are left, the message names the files already replaced, and the next step
+    completes the publish before it reads anything."""
+    chain, key, before = published
+    chain.register(_new_version())
+    folder = chain.storage.published_dir(key)
+    real_link = os.link
+
+    def no_link(src, dst, *args, **kwargs):
+        if ".previous" in os.path.basename(dst):
+            raise OSError(errno.EXDEV, "Invalid cross-device link", os.fspath(src), None, os.fspath(dst))
+        return real_link(src, dst, *args, **kwargs)
+
+    real_replace, refused = os.replace, []
+
+    def refuse_once(src, dst, **kwargs):  # the refusal has cleared by the time anything tries again
+        if os.fspath(dst) == str(folder / "sft.trl.jsonl") and not refused:
+            refused.append(dst)
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(src), None, os.fspath(dst))
+        return real_replace(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "link", no_link)
+    monkeypatch.setattr(os, "replace", refuse_once)
+    message = _sft_failure(chain.materialize(key, selection=SFT_CHAIN))
+    assert refused, "the refusal was never reached"
+    replaced = f"{folder / 'sft.openai.jsonl'}, {folder / 'sft.openai.report.json'} were already replaced"
+    assert f"write_failed: sft export for '{key}': {folder / 'sft.trl.jsonl'}: Permission denied; {replaced}, " \
+           "and the previous files could not be kept to put back; the run's next step completes this publish " \
+           "before it reads anything; the other published files of this export are the previous ones." in message
+    now = tree_bytes(folder)
+    assert now["sft.trl.jsonl"] == before["sft.trl.jsonl"] and now["sft.openai.jsonl"] != before["sft.openai.jsonl"]
+    assert len(journal.pending(chain.storage.stage_dir(key))) == 1
+
+    monkeypatch.undo()
+    assert chain.materialize(key, selection=dg.AssetSelection.assets("sft_export")).success
+    assert journal.pending(chain.storage.stage_dir(key)) == []
+    for fmt in ("openai", "trl"):
+        rows = read_rows(folder / f"sft.{fmt}.jsonl")
+        assert rows and all(" (v2)" in orjson.dumps(row).decode() for row in rows)
+
+
+def test_a_refused_put_back_says_so_and_the_next_step_finishes_putting_back(published, monkeypatch):
+    """The trl rename refused, then the put-back of the openai file refused too: the message said only that
+    files were already replaced, and the candidate folder holding the undo journal and the kept previous
+    files was removed. It now says the put-back was refused, and the next step puts the previous files back
+    (the undo journal) before it exports again."""
+    chain, key, before = published
+    chain.register(_new_version())
+    folder = chain.storage.published_dir(key)
+    real, refusals = os.replace, []
+
+    def replace(src, dst, **kwargs):
+        first_trl = os.fspath(dst) == str(folder / "sft.trl.jsonl") and not refusals
+        put_back = os.fspath(dst) == str(folder / "sft.openai.jsonl") and ".previous" in os.fspath(src)
+        if first_trl or (put_back and len(refusals) == 1):
+            refusals.append(os.fspath(dst))
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(src), None, os.fspath(dst))
+        return real(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    message = _sft_failure(chain.materialize(key, selection=SFT_CHAIN))
+    assert refusals == [str(folder / "sft.trl.jsonl"), str(folder / "sft.openai.jsonl")]
+    replaced = f"{folder / 'sft.openai.jsonl'}, {folder / 'sft.openai.report.json'} were already replaced"
+    assert f"{replaced}, and putting the previous ones back was refused too; the run's next step puts them back " \
+           "before it reads anything; the other published files of this export are the previous ones." in message
+    assert len(journal.pending(chain.storage.stage_dir(key))) == 1
+
+    monkeypatch.undo()
+    from whileai_pipeline.defs.journal import finish_all
+
+    assert finish_all(chain.storage.stage_dir(key))  # what the next step does first
+    assert tree_bytes(folder) == before
+    assert chain.materialize(key, selection=dg.AssetSelection.assets("sft_export")).success
+    assert journal.pending(chain.storage.stage_dir(key)) == []
+    assert all(" (v2)" in orjson.dumps(row).decode() for row in read_rows(folder / "sft.trl.jsonl"))
+
+
+def test_renames_an_earlier_step_left_that_are_still_refused_fail_the_next_step_saying_so(published, monkeypatch):
+    """A refusal that lasts: the next step met it again in ``finish_all`` and failed with Dagster's bare
+    ``PermissionError``. It now says which renames were left, that it changed nothing, and what to do."""
+    chain, key, _ = published
+    chain.register(_new_version())
+    folder = chain.storage.published_dir(key)
+    real_link, real_replace = os.link, os.replace
+
+    def no_link(src, dst, *args, **kwargs):
+        if ".previous" in os.path.basename(dst):
+            raise OSError(errno.EXDEV, "Invalid cross-device link", os.fspath(src), None, os.fspath(dst))
+        return real_link(src, dst, *args, **kwargs)
+
+    def refuse(src, dst, **kwargs):
+        if os.fspath(dst) == str(folder / "sft.trl.jsonl"):
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(src), None, os.fspath(dst))
+        return real_replace(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "link", no_link)
+    monkeypatch.setattr(os, "replace", refuse)
+    _sft_failure(chain.materialize(key, selection=SFT_CHAIN))
+    left = journal.pending(chain.storage.stage_dir(key))
+    assert len(left) == 1
+
+    result = chain.materialize(key, selection=dg.AssetSelection.assets("sft_export"))
+    message = _sft_failure(result)
+    assert f"write_failed: {folder / 'sft.trl.jsonl'}: Permission denied; an earlier step of run '{key}' left " \
+           f"renames half done ({left[0]}) and they are still refused, so this step changed nothing. Make " \
+           f"{folder} writable for the user running the pipeline" in message, message
+
+    monkeypatch.undo()
+    assert chain.materialize(key, selection=dg.AssetSelection.assets("sft_export")).success
+    assert journal.pending(chain.storage.stage_dir(key)) == []
+    assert not chain.storage.candidate_dir(key, "x").parent.exists()

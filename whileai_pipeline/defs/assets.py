@@ -94,8 +94,8 @@ def _one_process_per_run(body):
             with storage.partition_lock(context.partition_key, on_wait=context.log.info):
                 # a killed step's renames (a stage and its sidecar, a publish), done half-way: finished
                 # before anything reads or replaces those files
-                for done in journal.finish_all(storage.stage_dir(context.partition_key)):
-                    context.log.warning(f"finished the renames a killed run left half done ({done})")
+                for done in _finish_journals(storage, context.partition_key):
+                    context.log.warning(f"finished the renames a killed or refused step left half done ({done})")
                 if leftovers := storage.remove_leftovers(context.partition_key):
                     context.log.info(f"removed what killed runs left: {', '.join(sorted(leftovers))}")
                 return body(context, config, storage)
@@ -109,6 +109,20 @@ def _one_process_per_run(body):
                 "again.", metadata={"error": type(exc).__name__}) from None
 
     return locked
+
+
+def _finish_journals(storage, key) -> list:
+    """``journal.finish_all`` for run ``key``'s folders; a rename still refused fails the step with what to
+    do, not Dagster's bare OSError."""
+    try:
+        return journal.finish_all(storage.stage_dir(key))
+    except OSError as exc:
+        where = exc.filename2 or exc.filename
+        raise dg.Failure(
+            description=f"write_failed: {where}: {exc.strerror or exc}; an earlier step of run {key!r} left "
+            f"renames half done ({', '.join(map(str, journal.pending(storage.stage_dir(key))))}) and they are "
+            f"still refused, so this step changed nothing. {_storage_advice(exc.errno, os.path.dirname(where) if where else storage.base)}, then "
+            "materialize again.", metadata={"error": type(exc).__name__}) from None
 
 
 def _storage_advice(code, folder) -> str:
@@ -551,15 +565,23 @@ def _not_put_in_place(exc, storage, key, kind, cand_dir, refused) -> str:
     and deletes the publish journal; a journal still there names the files it could not put back."""
     where = exc.filename2 or exc.filename or cand_dir
     folder = storage.rejected_root(key) if refused else storage.published_dir(key)
-    done = []
+    done, undoing = [], False
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        done = journal.replaced(cand_dir / f"publish-{kind}{journal.SUFFIX}")
+        left = cand_dir / f"publish-{kind}{journal.SUFFIX}"
+        done, undoing = journal.replaced(left), journal.undoing(left)
     if refused:
         state = (f"the gates refused this export ({refused}) and its candidate could not be kept under {folder}; "
                  "the published files are unchanged")
     elif done:
-        state = (f"{', '.join(done)} {'was' if len(done) == 1 else 'were'} already replaced; the other published "
-                 "files of this export are the previous ones")
+        were = "was" if len(done) == 1 else "were"
+        if undoing:  # the put-back was refused too: the next step finishes putting back
+            why = (f"putting the previous {'one' if len(done) == 1 else 'ones'} back was refused too; the run's "
+                   "next step puts them back before it reads anything")
+        else:  # no copy of the previous files could be kept (another filesystem): the next step completes it
+            why = ("the previous files could not be kept to put back; the run's next step completes this "
+                   "publish before it reads anything")
+        state = (f"{', '.join(done)} {were} already replaced, and {why}; the other published files of this "
+                 "export are the previous ones")
     else:
         state = "nothing was published and the published files are unchanged"
     advice = _storage_advice(exc.errno, folder)
@@ -589,13 +611,17 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
                 destinations = {fmt: storage.published_path(key, kind, fmt) for fmt in formats}
                 outcomes, removed = publish(candidates, reports, destinations, kind,
                                             others={fmt: storage.published_path(key, kind, fmt) for fmt in FORMATS})
-        finally:
+        except OSError:  # a refusal: what was replaced is put back, or left journaled for the next step
+            raise
+        except BaseException:
             journal.finish_all(cand_dir.parent.parent)  # a publish interrupted half-way (Ctrl-C): completed
+            raise
     except OSError as exc:  # published/ or rejected/ refused a file: no permission, a read-only mount, ...
         raise dg.Failure(description=_not_put_in_place(exc, storage, key, kind, cand_dir, failed if blocked else None),
                          metadata={"error": type(exc).__name__}) from None
     finally:
-        discard(cand_dir)
+        if not journal.left_in(cand_dir):  # else its staged and kept files are what the next step settles it with
+            discard(cand_dir)
 
     if blocked:
         status = "rejected"

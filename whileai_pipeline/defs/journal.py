@@ -16,7 +16,9 @@ A set of renames a step could not complete is settled in one of two directions:
   files already replaced get their previous version back (``rollback``). ``commit`` keeps each file it
   replaces or removes as a hard link beside the staged files before the journal is written, so putting
   it back is a rename too: the same bytes, mode and owner. A file that cannot be hard-linked (another
-  filesystem) cannot be put back: that journal is left as it is, naming what was replaced.
+  filesystem) cannot be put back: that journal is left as it is, naming what was replaced, and so is an
+  undo that was refused too; the run's next step settles either (``finish_all``), so the folder holding
+  a journal is kept (``left_in``).
 """
 
 import contextlib
@@ -124,6 +126,11 @@ def replaced(journal: Path) -> list:
     return [dest for staged, dest in plan["moves"] if not os.path.lexists(staged)]
 
 
+def undoing(journal: Path) -> bool:
+    """Whether ``journal`` is a put-back (``rollback``) that was itself refused half-way."""
+    return bool(orjson.loads(Path(journal).read_bytes()).get("undo"))
+
+
 def finish_all(stage_dir: Path) -> list:
     """Finish the journals a killed step left in a run's stage folder and its candidate folders; returns
     them. Call it holding the run's lock, before anything else of the run is read or written."""
@@ -131,6 +138,11 @@ def finish_all(stage_dir: Path) -> list:
     for journal in journals:
         finish(journal)
     return [str(j) for j in journals]
+
+
+def left_in(folder: Path) -> list:
+    """The journals in ``folder`` itself (a candidate folder whose publish was refused and not undone)."""
+    return sorted(Path(folder).glob(f"*{SUFFIX}"))
 
 
 def pending(stage_dir: Path) -> list:
