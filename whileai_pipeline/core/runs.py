@@ -106,10 +106,24 @@ def changed_lately(path) -> bool:
     return bool(times) and time.time_ns() - max(times) < SIMULATE_PATIENCE_SECONDS * 1e9
 
 
+def sidecar_file(path) -> Path | None:
+    """The sidecar of run ``path`` when it is a file, None when nothing has its name. Anything else by that
+    name (a folder, a broken link) is a ``bad_sidecar:`` error: going on without it would export the run
+    without its system prompt and tools, with nothing but a warning to say why."""
+    meta = sidecar_path(path)
+    if meta.is_file():
+        return meta
+    if not os.path.lexists(meta):
+        return None
+    kind = "a folder" if meta.is_dir() else "a broken link" if meta.is_symlink() else "a special file"
+    raise ExportError(f"bad_sidecar: {meta}: {kind}, not the run's sidecar file (its system prompt and "
+                      "tools); put the sidecar JSON file there, or move it away to export the run without one")
+
+
 def read_sidecar(path):
     """(system_prompt, tools, sidecar path) from a run's sidecar, or (None, None, None) when there is none."""
-    meta = sidecar_path(path)
-    if not meta.is_file():
+    meta = sidecar_file(path)
+    if meta is None:
         return None, None, None
     return (*read_sidecar_file(meta), meta)
 

@@ -27,7 +27,8 @@ from whileai_pipeline.core.judge import judge_pairs_file
 from whileai_pipeline.core.pairs import build_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
 from whileai_pipeline.core.rows import shape_problem
-from whileai_pipeline.core.runs import SIMULATE_DONE, progress_path, read_sidecar_file, simulate_stage
+from whileai_pipeline.core.runs import (SIMULATE_DONE, progress_path, read_sidecar_file, sidecar_file,
+                                        simulate_stage)
 from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callable, passing_rows_file, resolve_scorer,
                                            score_file, score_stats_of_file)
 
@@ -169,10 +170,14 @@ def _snapshot(src, snapshot):
             "change before it takes a file.") from None
 
 
-def _snapshot_sidecar(meta_src, meta_snapshot):
-    """Copy the run's sidecar to ``meta_snapshot`` and check it: its (system_prompt, tools), or None
-    when the run has none."""
-    if not meta_src.is_file():
+def _snapshot_sidecar(src, meta_snapshot):
+    """Copy the sidecar of run ``src`` to ``meta_snapshot`` and check it: its (system_prompt, tools), or
+    None when the run has none."""
+    try:
+        meta_src = sidecar_file(src)
+    except ExportError as exc:  # bad_sidecar: a folder or a broken link by the sidecar's name
+        raise dg.Failure(description=str(exc)) from None
+    if meta_src is None:
         return None
     _snapshot(meta_src, meta_snapshot)
     try:
@@ -219,7 +224,7 @@ def raw_simulation_data(
     stats = RawStats()
     quarantined = 0
     try:
-        sidecar = _snapshot_sidecar(meta_src, meta_snapshot)
+        sidecar = _snapshot_sidecar(src, meta_snapshot)
         _snapshot(src, snapshot)
         n_bytes = snapshot.stat().st_size
         if config.on_bad_line == OnBadLine.fail:

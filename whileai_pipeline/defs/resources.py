@@ -36,7 +36,7 @@ from pydantic import Field
 from whileai_pipeline.core.atomic import TMP_SUFFIX, atomic_file
 from whileai_pipeline.core.errors import SourceChangedError
 from whileai_pipeline.core.jsonl import require_file, sha256_file
-from whileai_pipeline.core.runs import check_unchanged, file_stamp, sidecar_path
+from whileai_pipeline.core.runs import check_unchanged, file_stamp, sidecar_file, sidecar_path
 
 ENV_HOME = "WHILEAI_PIPELINE_HOME"
 ENV_LOCK_TIMEOUT = "WHILEAI_PIPELINE_LOCK_TIMEOUT"
@@ -292,11 +292,11 @@ class PipelineStorage(dg.ConfigurableResource):
         require_file(source, "run file", "pass the path of a .jsonl run")
         key = partition_key_for_name(name) if name else partition_key_for(source)
         dest = self.run_path(key)
-        meta_src = meta_path_for(source)
+        meta_src = sidecar_file(source)  # a folder by its name is refused before anything is copied
         meta_dest = self.run_meta_path(key)
         if source.resolve() != dest.resolve():
             copy_atomic(source, dest)
-        if meta_src.is_file():
+        if meta_src is not None:
             if meta_src.resolve() != meta_dest.resolve():
                 copy_atomic(meta_src, meta_dest)
         elif meta_dest.exists():

@@ -1,0 +1,80 @@
+"""Something by the sidecar's name that is not a file (a folder, a broken link): it was taken as no sidecar,
+and the run was exported without its system prompt and tools, with only a warning that it had none."""
+
+import os
+import shutil
+
+import dagster as dg
+import pytest
+
+import whileai_pipeline.simulations as wai
+from whileai_pipeline.cli import main
+
+from .conftest import SAMPLE, tree_bytes
+
+SAID = {"folder": "a folder", "broken link": "a broken link"}
+
+
+def _not_a_file(meta, kind):
+    if kind == "folder":
+        meta.mkdir()
+    else:
+        os.symlink(meta.with_name("gone.meta.json"), meta)
+
+
+@pytest.fixture(params=list(SAID))
+def kind(request):
+    return request.param
+
+
+def _message(meta, kind):
+    return (f"bad_sidecar: {meta}: {SAID[kind]}, not the run's sidecar file (its system prompt and tools); put the "
+            "sidecar JSON file there, or move it away to export the run without one")
+
+
+@pytest.mark.parametrize("call", ["export_dataset", "training_rows", "load_run", "export_datasets"])
+def test_the_library_refuses_it(tmp_path, kind, call):
+    src = tmp_path / "run.jsonl"
+    shutil.copyfile(SAMPLE, src)
+    meta = tmp_path / "run.meta.json"
+    _not_a_file(meta, kind)
+    args = {"export_datasets": (str(src), {"openai": str(tmp_path / "o.jsonl")})}.get(call, (str(src),))
+    with pytest.raises(wai.ExportError) as raised:
+        getattr(wai, call)(*args)
+    assert str(raised.value) == _message(meta, kind)
+    assert sorted(os.listdir(tmp_path)) == ["run.jsonl", "run.meta.json"]
+
+
+def test_explicit_system_prompt_and_tools_still_need_no_sidecar(tmp_path):
+    """DECISIONS 6: with both passed, nothing is read from the sidecar, whatever is there."""
+    src = tmp_path / "run.jsonl"
+    shutil.copyfile(SAMPLE, src)
+    (tmp_path / "run.meta.json").mkdir()
+    report = wai.export_dataset(str(src), tmp_path / "o.jsonl", system_prompt="S", tools=[])
+    assert report["system_prompt_source"] == "argument"
+
+
+def test_the_cli_refuses_it_before_registering_the_run(tmp_path, kind, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    shutil.copyfile(SAMPLE, tmp_path / "night.jsonl")
+    _not_a_file(tmp_path / "night.meta.json", kind)
+    assert main(["run", "night.jsonl", "--home", "home"]) == 2
+    assert capsys.readouterr().err == f"whileai-pipeline: error: {_message('night.meta.json', kind)}\n"
+    assert not (tmp_path / "home" / "inbox").exists() or os.listdir(tmp_path / "home" / "inbox") == []
+
+
+def test_the_raw_stage_refuses_it_and_keeps_the_previous_stage(chain, kind):
+    """Placed in the inbox by hand (the sensor and the UI do not go through ``register``)."""
+    key = chain.register()
+    assert chain.materialize(key, selection=dg.AssetSelection.assets("raw_simulation_data")).success
+    stages = tree_bytes(chain.storage.stage_dir(key))
+    meta = chain.storage.run_meta_path(key)
+    meta.unlink()
+    _not_a_file(meta, kind)
+    result = chain.materialize(key, selection=dg.AssetSelection.assets("raw_simulation_data"))
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert failure.event_specific_data.error.message.startswith(f"dagster._core.definitions.events.Failure: "
+                                                                f"{_message(meta, kind)}\n")
+    assert tree_bytes(chain.storage.stage_dir(key)) == stages
