@@ -119,11 +119,12 @@ def _finish_journals(storage, key) -> list:
         return journal.finish_all(storage.stage_dir(key))
     except OSError as exc:
         where = exc.filename2 or exc.filename
+        left = ", ".join(map(str, journal.pending(storage.stage_dir(key))))
+        advice = _storage_advice(exc.errno, os.path.dirname(where) if where else storage.base)
         raise dg.Failure(
             description=f"write_failed: {where}: {exc.strerror or exc}; an earlier step of run {key!r} left "
-            f"renames half done ({', '.join(map(str, journal.pending(storage.stage_dir(key))))}) and they are "
-            f"still refused, so this step changed nothing. {_storage_advice(exc.errno, os.path.dirname(where) if where else storage.base)}, then "
-            "materialize again.", metadata={"error": type(exc).__name__}) from None
+            f"renames half done ({left}) and they are still refused, so this step changed nothing. {advice}, "
+            "then materialize again.", metadata={"error": type(exc).__name__}) from None
 
 
 def _storage_advice(code, folder) -> str:
