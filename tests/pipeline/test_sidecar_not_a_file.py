@@ -78,3 +78,30 @@ def test_the_raw_stage_refuses_it_and_keeps_the_previous_stage(chain, kind):
     assert failure.event_specific_data.error.message.startswith(f"dagster._core.definitions.events.Failure: "
                                                                 f"{_message(meta, kind)}\n")
     assert tree_bytes(chain.storage.stage_dir(key)) == stages
+
+
+def test_a_broken_link_left_in_the_inbox_goes_when_the_run_is_registered_without_a_sidecar(chain):
+    """``register`` removes the inbox's sidecar when the new run brings none; a broken link by that name was
+    left (``exists()`` follows it), and the raw stage then refused the run with ``bad_sidecar``, which the
+    CLI names as the sidecar beside the user's file, where there is nothing at all."""
+    key = chain.register(meta=False)
+    meta = chain.storage.run_meta_path(key)
+    _not_a_file(meta, "broken link")
+    assert chain.register(meta=False) == key
+    assert not os.path.lexists(meta)
+    assert chain.materialize(key, selection=dg.AssetSelection.assets("raw_simulation_data")).success
+
+
+@pytest.mark.parametrize("brings_sidecar", [False, True])
+def test_a_folder_by_the_sidecar_name_in_the_inbox_is_bad_sidecar_before_anything_is_copied(chain, brings_sidecar):
+    """It can be neither removed nor replaced: ``register`` failed with a bare IsADirectoryError (or, bringing a
+    sidecar, a failed copy), after the run file had been copied over the inbox's."""
+    key = chain.register(meta=False)
+    before = tree_bytes(chain.storage.inbox)
+    meta = chain.storage.run_meta_path(key)
+    meta.mkdir()
+    with pytest.raises(wai.ExportError) as raised:
+        chain.register(rows=[{"prompt": "p", "final_text": "x", "reward": 1}], meta=brings_sidecar)
+    assert str(raised.value) == (f"bad_sidecar: {meta}: a folder by the name of the run's sidecar in the inbox; "
+                                 "move it away, then register the run again")
+    assert tree_bytes(chain.storage.inbox) == before and meta.is_dir()

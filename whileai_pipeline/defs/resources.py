@@ -34,7 +34,7 @@ import dagster as dg
 from pydantic import Field
 
 from whileai_pipeline.core.atomic import TMP_SUFFIX, atomic_file
-from whileai_pipeline.core.errors import SourceChangedError
+from whileai_pipeline.core.errors import ExportError, SourceChangedError
 from whileai_pipeline.core.jsonl import require_file, sha256_file
 from whileai_pipeline.core.runs import check_unchanged, file_stamp, sidecar_file, sidecar_path
 
@@ -294,11 +294,14 @@ class PipelineStorage(dg.ConfigurableResource):
         dest = self.run_path(key)
         meta_src = sidecar_file(source)  # a folder by its name is refused before anything is copied
         meta_dest = self.run_meta_path(key)
+        if meta_dest.is_dir() and not meta_dest.is_symlink():  # can be neither replaced nor removed
+            raise ExportError(f"bad_sidecar: {meta_dest}: a folder by the name of the run's sidecar in the inbox; "
+                              "move it away, then register the run again")
         if source.resolve() != dest.resolve():
             copy_atomic(source, dest)
         if meta_src is not None:
             if meta_src.resolve() != meta_dest.resolve():
                 copy_atomic(meta_src, meta_dest)
-        elif meta_dest.exists():
+        elif os.path.lexists(meta_dest):  # a broken link too: the raw stage would refuse it (bad_sidecar)
             meta_dest.unlink()
         return key
