@@ -105,3 +105,33 @@ def test_a_folder_by_the_sidecar_name_in_the_inbox_is_bad_sidecar_before_anythin
     assert str(raised.value) == (f"bad_sidecar: {meta}: a folder by the name of the run's sidecar in the inbox; "
                                  "move it away, then register the run again")
     assert tree_bytes(chain.storage.inbox) == before and meta.is_dir()
+
+
+def test_the_inbox_sensor_takes_the_run_again_once_the_non_file_is_moved_away(storage, instance, kind):
+    """The sensor took the non-file for no sidecar (signature and fingerprint alike), so the run it requested
+    failed with ``bad_sidecar``, and moving the thing away, as that error says to, changed nothing the sensor
+    looks at: the run was never requested again."""
+    from whileai_pipeline.defs.automation import inbox_sensor
+
+    storage.inbox.mkdir(parents=True)
+    run = storage.inbox / "night.jsonl"
+    shutil.copyfile(SAMPLE, run)
+    then = os.stat(run).st_mtime_ns - 120 * 10**9
+    os.utime(run, ns=(then, then))  # settled
+    meta = storage.run_meta_path("night")
+    _not_a_file(meta, kind)
+
+    def tick(cursor=None):
+        with dg.build_sensor_context(instance=instance, cursor=cursor, resources={"storage": storage}) as context:
+            result = inbox_sensor(context)
+        for request in result.dynamic_partitions_requests or []:
+            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        return result
+
+    first = tick()
+    assert len(first.run_requests) == 1  # its raw stage fails: bad_sidecar
+    assert not tick(first.cursor).run_requests  # nothing changed: nothing requested
+    (os.rmdir if kind == "folder" else os.unlink)(meta)
+    moved = tick(first.cursor)
+    assert len(moved.run_requests) == 1, "the run was not requested again once the non-file was moved away"
+    assert moved.run_requests[0].run_key != first.run_requests[0].run_key

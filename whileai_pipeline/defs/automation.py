@@ -95,7 +95,7 @@ def _signature(path):
     mst = meta.stat() if meta.is_file() else None
     pst = progress.stat() if progress.is_file() else None
     return [st.st_size, st.st_mtime_ns, mst.st_size if mst else None, mst.st_mtime_ns if mst else None,
-            pst.st_mtime_ns if pst else None]
+            pst.st_mtime_ns if pst else None] + (["not a file"] if not mst and os.path.lexists(meta) else [])
 
 
 def reexport_mode() -> str:
