@@ -117,3 +117,26 @@ def test_a_failed_roundtrip_check_names_the_rows_so_they_can_be_found_in_the_run
         metadata["trl/rejected_path"] = dg.MetadataValue.path(str(path))
         result = _roundtrip_result(metadata, "run")
         assert f"trl: 1 of 3 (rows {rows}: {named})" in result.description, result.description
+
+
+def test_a_leak_check_of_a_preference_export_whose_pairs_were_all_dropped_does_not_blame_the_rows(tmp_path):
+    """Every pair a tie (the judge could not separate them) and ``drop_ties``: the pairs were read (``rows_read``
+    8) but none was exported, and they do carry privileged context; the check said to export raw trajectories."""
+    import orjson
+
+    import whileai_pipeline.simulations as wai
+    from whileai_pipeline.core.pairs import build_pairs_file
+
+    from .conftest import SAMPLE
+
+    pairs, tied = tmp_path / "pairs.jsonl", tmp_path / "tied.jsonl"
+    build_pairs_file(str(SAMPLE), str(pairs))
+    rows = [orjson.loads(line) for line in pairs.read_bytes().splitlines()]
+    assert rows and all(row["chosen"].get("privileged") for row in rows)  # the sides keep their privileged blocks
+    tied.write_bytes(b"".join(orjson.dumps(dict(row, tie=True)) + b"\n" for row in rows))
+    reports = wai.export_preferences(str(tied), {"openai": str(tmp_path / "dpo.openai.jsonl")}, validate=False)
+    assert (reports["openai"]["rows_read"], reports["openai"]["pairs"]) == (len(rows), 0)
+    result = _leak_result(_metadata(reports), "run")
+    assert (result.passed, result.severity) == (True, WARN)
+    assert result.description.endswith(". No row was exported, so no reply was written that could quote anything; "
+                                       "the gate reads the rows of the next export that has some."), result.description

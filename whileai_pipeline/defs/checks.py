@@ -180,7 +180,9 @@ def _leak_result(metadata, run_id):
         return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
                                    description=summary + ". Exported anyway (validate=False).")
     if not any_checked:
-        if reports and all(r.get("rows_read") == 0 for r in reports.values()):  # an export of nothing
+        # an export of nothing: no row read, or none written (every pair a dropped tie, every row dropped)
+        if reports and all(r.get("rows_read") == 0 or r.get("n_written", r.get("pairs")) == 0
+                           for r in reports.values()):
             advice = ("No row was exported, so no reply was written that could quote anything; the gate reads "
                       "the rows of the next export that has some.")
         else:
