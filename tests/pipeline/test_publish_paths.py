@@ -453,3 +453,32 @@ def test_renames_an_earlier_step_left_that_are_still_refused_fail_the_next_step_
     assert chain.materialize(key, selection=dg.AssetSelection.assets("sft_export")).success
     assert journal.pending(chain.storage.stage_dir(key)) == []
     assert not chain.storage.candidate_dir(key, "x").parent.exists()
+
+
+def test_a_refused_put_back_settled_by_another_asset_s_step_leaves_no_candidate_folder(published, monkeypatch):
+    """The refused publish keeps its candidate folder for the next step; when that step is not an export (here
+    the raw stage), it settled the journal but left the folder, with the unpublished candidates in it, under
+    stages/<run>/candidates/ until some later export of the run."""
+    chain, key, before = published
+    chain.register(_new_version())
+    folder = chain.storage.published_dir(key)
+    real, refusals = os.replace, []
+
+    def replace(src, dst, **kwargs):
+        first_trl = os.fspath(dst) == str(folder / "sft.trl.jsonl") and not refusals
+        put_back = os.fspath(dst) == str(folder / "sft.openai.jsonl") and ".previous" in os.fspath(src)
+        if first_trl or (put_back and len(refusals) == 1):
+            refusals.append(os.fspath(dst))
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(src), None, os.fspath(dst))
+        return real(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    _sft_failure(chain.materialize(key, selection=SFT_CHAIN))
+    assert len(refusals) == 2 and len(journal.pending(chain.storage.stage_dir(key))) == 1
+    monkeypatch.undo()
+
+    assert chain.materialize(key, selection=dg.AssetSelection.assets("raw_simulation_data")).success
+    assert journal.pending(chain.storage.stage_dir(key)) == []
+    assert tree_bytes(folder) == before
+    candidates = chain.storage.candidate_dir(key, "x").parent
+    assert not candidates.exists(), sorted(str(p.relative_to(candidates)) for p in candidates.rglob("*"))

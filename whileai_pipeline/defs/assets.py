@@ -116,7 +116,7 @@ def _finish_journals(storage, key) -> list:
     """``journal.finish_all`` for run ``key``'s folders; a rename still refused fails the step with what to
     do, not Dagster's bare OSError."""
     try:
-        return journal.finish_all(storage.stage_dir(key))
+        done = journal.finish_all(storage.stage_dir(key))
     except OSError as exc:
         where = exc.filename2 or exc.filename
         left = ", ".join(map(str, journal.pending(storage.stage_dir(key))))
@@ -125,6 +125,11 @@ def _finish_journals(storage, key) -> list:
             description=f"write_failed: {where}: {exc.strerror or exc}; an earlier step of run {key!r} left "
             f"renames half done ({left}) and they are still refused, so this step changed nothing. {advice}, "
             "then materialize again.", metadata={"error": type(exc).__name__}) from None
+    candidates = storage.stage_dir(key) / "candidates"
+    for left in done:  # a refused publish's candidate folder, kept for its journal (_finish_export): settled now
+        if os.path.dirname(os.path.dirname(left)) == str(candidates):
+            discard(candidates / os.path.basename(os.path.dirname(left)))
+    return done
 
 
 def _storage_advice(code, folder) -> str:
