@@ -135,3 +135,13 @@ def test_the_inbox_sensor_takes_the_run_again_once_the_non_file_is_moved_away(st
     moved = tick(first.cursor)
     assert len(moved.run_requests) == 1, "the run was not requested again once the non-file was moved away"
     assert moved.run_requests[0].run_key != first.run_requests[0].run_key
+
+
+def test_a_run_whose_name_leaves_no_room_for_a_sidecar_name_has_no_sidecar(tmp_path, monkeypatch):
+    """``x...x.jsonl`` of 255 characters is a file; ``x...x.meta.json`` (259) can be nothing at all, and the
+    export failed with a bare "[Errno 36] File name too long" about a sidecar the user never named."""
+    monkeypatch.chdir(tmp_path)
+    name = "x" * 249 + ".jsonl"
+    shutil.copyfile(SAMPLE, name)
+    report = wai.export_dataset(name, "o.jsonl")
+    assert (report["n_written"], report["system_prompt_source"]) == (48, "none")

@@ -42,7 +42,7 @@ def refuse_source(dest, source_path):
             "the raw run. Pass another output path, or none to get <name>.train<suffix> beside it."
         )
     meta = sidecar_path(source_path)
-    if meta.exists() and _same_file(dest, meta):
+    if os.path.exists(meta) and _same_file(dest, meta):  # False for a name too long to exist
         raise OutputIsSourceError(
             f"output_is_source: {dest} is the sidecar of the source file {source_path} (its system prompt "
             "and tools); writing there would destroy them. Pass another output path."

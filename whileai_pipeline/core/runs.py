@@ -7,6 +7,7 @@ is read exactly once, so the rows exported and the rows the leak gate reads are 
 
 import concurrent.futures as cf
 import contextlib
+import errno
 import hashlib
 import os
 import time
@@ -111,8 +112,13 @@ def sidecar_file(path) -> Path | None:
     name (a folder, a broken link) is a ``bad_sidecar:`` error: going on without it would export the run
     without its system prompt and tools, with nothing but a warning to say why."""
     meta = sidecar_path(path)
-    if meta.is_file():
-        return meta
+    try:
+        if meta.is_file():
+            return meta
+    except OSError as exc:  # ENAMETOOLONG: the run's own name is near the limit, so nothing can have this one
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        return None
     if not os.path.lexists(meta):
         return None
     kind = "a folder" if meta.is_dir() else "a broken link" if meta.is_symlink() else "a special file"
