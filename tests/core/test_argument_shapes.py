@@ -410,3 +410,13 @@ def test_pair_building_given_json_text_says_it_is_no_path(tmp_path, monkeypatch,
         build_pairs_file(text, "pairs.jsonl")
     assert raised.value.errno == (errno.ENAMETOOLONG if len(text) > 255 else None)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", ["[2026-01] night.jsonl", "{draft}.jsonl"])
+def test_a_missing_file_whose_name_starts_with_a_bracket_is_just_missing(tmp_path, monkeypatch, name):
+    """No double quote, so no row's text: the error names the file, without the JSON-text guess."""
+    monkeypatch.chdir(tmp_path)
+    for call in (wai.export_dataset, lambda n: build_pairs_file(n, "pairs.jsonl")):
+        with pytest.raises(FileNotFoundError) as raised:
+            call(name)
+        assert str(raised.value).startswith(f"no such source file: {name} ("), str(raised.value)

@@ -446,7 +446,8 @@ def test_renames_an_earlier_step_left_that_are_still_refused_fail_the_next_step_
     result = chain.materialize(key, selection=dg.AssetSelection.assets("sft_export"))
     message = _sft_failure(result)
     assert f"write_failed: {folder / 'sft.trl.jsonl'}: Permission denied; an earlier step of run '{key}' left " \
-           f"renames half done ({left[0]}) and they are still refused, so this step changed nothing. Make " \
+           f"renames half done ({left[0]}) and they are still refused, so this step stopped before reading " \
+           f"anything. Make " \
            f"{folder} writable for the user running the pipeline" in message, message
 
     monkeypatch.undo()

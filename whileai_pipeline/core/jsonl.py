@@ -318,8 +318,10 @@ def require_file(path, what, hint):
 
 
 def looks_like_json_text(name) -> bool:
-    """A file name that starts like a JSON object or array: most likely rows passed as their text."""
-    return str(name).lstrip()[:1] in ("{", "[")
+    """A file name that starts like a JSON object or array and holds a double quote (every key of a row
+    has them; a file name like ``[2026-01] night.jsonl`` does not): most likely rows passed as their text."""
+    name = str(name)
+    return name.lstrip()[:1] in ("{", "[") and '"' in name
 
 
 def write_jsonl(dest, rows) -> int:

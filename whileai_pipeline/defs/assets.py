@@ -123,7 +123,8 @@ def _finish_journals(storage, key) -> list:
         advice = _storage_advice(exc.errno, os.path.dirname(where) if where else storage.base)
         raise dg.Failure(
             description=f"write_failed: {where}: {exc.strerror or exc}; an earlier step of run {key!r} left "
-            f"renames half done ({left}) and they are still refused, so this step changed nothing. {advice}, "
+            f"renames half done ({left}) and they are still refused, so this step stopped before reading anything. "
+            f"{advice}, "
             "then materialize again.", metadata={"error": type(exc).__name__}) from None
     candidates = storage.stage_dir(key) / "candidates"
     for left in done:  # a refused publish's candidate folder, kept for its journal (_finish_export): settled now
