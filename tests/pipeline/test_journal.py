@@ -199,3 +199,27 @@ def test_a_rollback_that_fails_raises_the_refusal_and_leaves_what_to_put_back(ex
     assert journal.finish_all(stage) == [str(jpath)]
     assert _snapshot(out) == before
     assert _left_in(jpath.parent) == []
+
+
+def test_an_undo_journal_the_disk_cannot_take_leaves_the_refusal_raised_and_the_journal_as_it_was(export, monkeypatch):
+    """A refused rename, then no room to write the undo journal: ``write_json`` raises ``WriteFailedError`` (not
+    an OSError), which escaped ``commit`` in place of the refusal, and the export step took it for something
+    else and rolled the journal forward. Now the refusal is raised, with a note, and the journal is left for
+    the run's next step."""
+    from whileai_pipeline.core.errors import WriteFailedError
+
+    stage, jpath, moves, remove, out = export
+    _refusing(monkeypatch, "replace", out / "sft.chatml.jsonl")
+    real_write = journal.write_json
+
+    def full_disk_for_the_undo(path, value, **kwargs):
+        if value.get("undo"):
+            raise WriteFailedError(path, OSError(errno.ENOSPC, "No space left on device"))
+        return real_write(path, value, **kwargs)
+
+    monkeypatch.setattr(journal, "write_json", full_disk_for_the_undo)
+    with pytest.raises(PermissionError) as raised:
+        journal.commit(jpath, moves, remove)
+    assert any("putting back the files already replaced failed too" in note for note in raised.value.__notes__)
+    assert not journal.undoing(jpath)
+    assert journal.replaced(jpath) == [str(out / "sft.openai.jsonl"), str(out / "sft.openai.report.json")]

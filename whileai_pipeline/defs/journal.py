@@ -28,6 +28,7 @@ from pathlib import Path
 import orjson
 
 from whileai_pipeline.core.atomic import fsync_dir
+from whileai_pipeline.core.errors import WriteFailedError
 from whileai_pipeline.core.jsonl import write_json
 
 SUFFIX = ".journal.json"
@@ -56,7 +57,7 @@ def commit(journal: Path, moves, remove=()) -> None:
     except OSError as exc:
         try:
             rollback(journal)
-        except OSError as failed:
+        except (OSError, WriteFailedError) as failed:  # the latter: no room for the undo journal
             exc.add_note(f"putting back the files already replaced failed too: {failed}")
         raise
 
