@@ -525,3 +525,18 @@ def test_a_progress_file_that_says_no_stage_holds_nothing_back(storage, instance
     _progress(run, content)
     (request,) = _evaluate(inbox_sensor, instance, storage).run_requests
     assert request.partition_key == "done"
+
+
+def test_a_run_whose_name_leaves_no_room_for_its_sidecar_or_progress_name_does_not_stop_the_sensor(chain):
+    """``x...x.jsonl`` of 242 to 255 characters is a file, but ``x...x.jsonl.progress.json`` (and, from 252,
+    ``x...x.meta.json``) can be nothing: their is_file() raised "[Errno 36] File name too long", which failed
+    every tick of the sensor, so no run of the inbox was requested any more; and the raw stage failed on it."""
+    storage, instance = chain.storage, chain.instance
+    storage.inbox.mkdir(parents=True)
+    _drop(SAMPLE, storage.inbox / "ok.jsonl")
+    _drop(SAMPLE, storage.inbox / ("a" * 241 + ".jsonl"))  # no room for its progress file's name
+    _drop(SAMPLE, storage.inbox / ("b" * 249 + ".jsonl"))  # nor for its sidecar's
+    result = _evaluate(inbox_sensor, instance, storage)
+    assert sorted(r.partition_key for r in result.run_requests) == ["a" * 200, "b" * 200, "ok"]
+    _apply(instance, result)
+    assert chain.materialize("b" * 200).success

@@ -92,8 +92,10 @@ def _signature(path):
     progress file ``simulate`` keeps beside a run it writes."""
     st = path.stat()
     meta, progress = meta_path_for(path), progress_path(path)
-    mst = meta.stat() if meta.is_file() else None
-    pst = progress.stat() if progress.is_file() else None
+    # os.path.isfile, not Path.is_file: a run named near the 255-byte limit leaves no room for these names,
+    # and Path.is_file raises "File name too long" (which failed every tick)
+    mst = meta.stat() if os.path.isfile(meta) else None
+    pst = progress.stat() if os.path.isfile(progress) else None
     return [st.st_size, st.st_mtime_ns, mst.st_size if mst else None, mst.st_mtime_ns if mst else None,
             pst.st_mtime_ns if pst else None] + (["not a file"] if not mst and os.path.lexists(meta) else [])
 

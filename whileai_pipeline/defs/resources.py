@@ -112,7 +112,7 @@ def fingerprint(run_path, run_sha: Optional[str] = None) -> str:
     """
     run_sha = run_sha or sha256_file(run_path)
     meta = meta_path_for(run_path)
-    if not meta.is_file():
+    if not os.path.isfile(meta):  # also a name too long to be anything (a run named near the limit)
         # a folder or a broken link by its name (bad_sidecar in the raw stage): moving it away is a change
         return hashlib.sha256(f"{run_sha}:not a file".encode()).hexdigest() if os.path.lexists(meta) else run_sha
     return hashlib.sha256(f"{run_sha}:{sha256_file(meta)}".encode()).hexdigest()
