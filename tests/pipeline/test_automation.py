@@ -540,3 +540,37 @@ def test_a_run_whose_name_leaves_no_room_for_its_sidecar_or_progress_name_does_n
     assert sorted(r.partition_key for r in result.run_requests) == ["a" * 200, "b" * 200, "ok"]
     _apply(instance, result)
     assert chain.materialize("b" * 200).success
+
+
+def test_a_run_file_the_sensor_cannot_read_is_named_and_the_other_runs_go(storage, instance, monkeypatch):
+    """A run copied in by another user with mode 0600 (the daemon cannot read it): hashing it raised
+    PermissionError, which failed every tick, so no run of the inbox was requested any more. Simulated (the
+    tests may run as root, who reads every file): ``open`` of that file in the hashing module refuses."""
+    import builtins
+    import errno
+
+    from whileai_pipeline.core import jsonl
+
+    storage.inbox.mkdir(parents=True)
+    _drop(SAMPLE, storage.inbox / "a.jsonl")
+    _drop(SAMPLE, storage.inbox / "locked.jsonl")
+    _drop(SAMPLE, storage.inbox / "z.jsonl")
+    locked = str(storage.inbox / "locked.jsonl")
+
+    def refusing_open(path, *args, **kwargs):
+        if os.fspath(path) == locked:
+            raise PermissionError(errno.EACCES, "Permission denied", locked)
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(jsonl, "open", refusing_open, raising=False)
+    said = []
+    with dg.build_sensor_context(instance=instance, resources={"storage": storage}) as context:
+        monkeypatch.setattr(context.log, "warning", said.append)
+        result = inbox_sensor(context)
+    assert sorted(r.partition_key for r in result.run_requests) == ["a", "z"]
+    assert any("locked.jsonl (Permission denied)" in line for line in said), said
+    _apply(instance, result)
+
+    monkeypatch.undo()  # made readable: taken at the next tick
+    again = _evaluate(inbox_sensor, instance, storage, cursor=result.cursor)
+    assert [r.partition_key for r in again.run_requests] == ["locked"]

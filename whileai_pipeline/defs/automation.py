@@ -224,7 +224,7 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
     # run would ever be requested. Past the budget, the files not yet hashed wait for the next tick
     # (at least one file is hashed per tick, so every file gets its turn).
     budget, started, hashed = sensor_budget_seconds(), time.monotonic(), 0
-    new_keys, requests, cursor, settling, deferred, writing, stale = [], [], {}, [], [], [], []
+    new_keys, requests, cursor, settling, deferred, writing, stale, unreadable = [], [], {}, [], [], [], [], []
     runs = storage.inbox_runs()
     ignored = _ignored_inbox_files(storage, runs)
     if ignored and ignored != seen.get(IGNORED):  # said once, not at every tick
@@ -258,7 +258,15 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
                 cursor[key] = prev
             deferred.append(key)
             continue
-        fp = fingerprint(path)
+        try:
+            fp = fingerprint(path)
+        except FileNotFoundError:  # removed while we looked
+            continue
+        except OSError as exc:  # e.g. another user's file: the other runs still go; looked at again next tick
+            if prev:
+                cursor[key] = prev
+            unreadable.append(f"{path.name} ({exc.strerror or exc})")
+            continue
         hashed += 1
         if prev and prev.get("fp") == fp:
             cursor[key] = {**prev, "sig": sig}
@@ -286,6 +294,9 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
         context.log.warning(f"taken although their progress file is not at {SIMULATE_DONE!r}: {_names(stale)}; "
                             f"nothing about them changed for {SIMULATE_PATIENCE_SECONDS / 3600:g} h (a simulate "
                             "that was killed leaves its progress file so)")
+    if unreadable:
+        context.log.warning(f"inbox files the sensor cannot read: {_names(unreadable)}; make them readable by the user "
+                            "the sensor runs as (or move them out of the inbox): they are looked at again at every tick")
     if settling:
         context.log.info(f"waiting for {', '.join(settling)} to settle: modified less than {settle:g} s ago "
                          f"(${ENV_SETTLE})")
