@@ -574,3 +574,28 @@ def test_a_run_file_the_sensor_cannot_read_is_named_and_the_other_runs_go(storag
     monkeypatch.undo()  # made readable: taken at the next tick
     again = _evaluate(inbox_sensor, instance, storage, cursor=result.cursor)
     assert [r.partition_key for r in again.run_requests] == ["locked"]
+
+
+def test_inbox_file_names_that_are_not_utf8_stop_neither_the_sensor_nor_its_runs(chain):
+    """Names in another encoding (a Latin-1 ``r\\xe9sum\\xe9.jsonl`` from an old zip) are str with surrogates
+    in Python. One that reduces to no run name failed every tick, as the sensor's memory (orjson) refused
+    it; one that does was requested with its path as a tag, and creating that run failed (the database
+    refuses surrogates), at every tick."""
+    from whileai_pipeline.defs.assets import ASSETS
+
+    storage, instance = chain.storage, chain.instance
+    storage.inbox.mkdir(parents=True)
+    _drop(SAMPLE, storage.inbox / os.fsdecode(b"r\xe9sum\xe9.jsonl"))
+    _drop(SAMPLE, storage.inbox / os.fsdecode(b"\xe9\xe9.jsonl"))  # no run name in it
+    said = []
+    with dg.build_sensor_context(instance=instance, resources={"storage": storage}) as context:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(context.log, "warning", said.append)
+            result = inbox_sensor(context)
+    (request,) = result.run_requests
+    assert request.partition_key == "r_sum"
+    assert any("\\xe9\\xe9.jsonl: its name gives no run name" in line for line in said), said
+    _apply(instance, result)
+    run = dg.materialize(ASSETS, instance=instance, partition_key=request.partition_key, tags=request.tags,
+                         resources={"storage": storage}, selection=["raw_simulation_data"], raise_on_error=False)
+    assert run.success

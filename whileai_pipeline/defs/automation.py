@@ -153,6 +153,12 @@ def _settling(sig, now_ns, settle) -> bool:
     return now_ns - newest < settle * 1e9
 
 
+def _shown(text) -> str:
+    """``text`` (a path or file name) with the bytes of a name that is not UTF-8 as ``\\xe9``: Python gives them as
+    surrogates, which the sensor's memory (orjson) and Dagster's database refuse."""
+    return os.fsencode(str(text)).decode("utf-8", "backslashreplace")
+
+
 IGNORED = "_ignored"  # the cursor's list of inbox files not taken (no key starts with "_")
 
 
@@ -170,9 +176,9 @@ def _ignored_inbox_files(storage, runs) -> list:
         try:
             key = partition_key_for(path)
         except ValueError:
-            out.append([path.name, "its name gives no run name (use letters, digits, _ . -)"])
+            out.append([_shown(path.name), "its name gives no run name (use letters, digits, _ . -)"])
             continue
-        out.append([path.name, f"its run name {key!r} is {by_key[key].name}'s; rename one of them"])
+        out.append([_shown(path.name), f"its run name {key!r} is {_shown(by_key[key].name)}'s; rename one of them"])
     return out
 
 
@@ -265,7 +271,7 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
         except OSError as exc:  # e.g. another user's file: the other runs still go; looked at again next tick
             if prev:
                 cursor[key] = prev
-            unreadable.append(f"{path.name} ({exc.strerror or exc})")
+            unreadable.append(f"{_shown(path.name)} ({exc.strerror or exc})")
             continue
         hashed += 1
         if prev and prev.get("fp") == fp:
@@ -283,7 +289,7 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
         requests.append(
             dg.RunRequest(run_key=run_key, partition_key=key,
                           run_config=stored_run_config(context.instance, key, ASSETS),
-                          tags={"whileai/run_file": str(path), "whileai/fingerprint": fp})
+                          tags={"whileai/run_file": _shown(path), "whileai/fingerprint": fp})
         )
     cursor.update(_versions_of_removed_runs(seen, cursor))
     partitions = [dg.AddDynamicPartitionsRequest(PARTITIONS_NAME, new_keys)] if new_keys else []
