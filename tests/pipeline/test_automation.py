@@ -599,3 +599,19 @@ def test_inbox_file_names_that_are_not_utf8_stop_neither_the_sensor_nor_its_runs
     run = dg.materialize(ASSETS, instance=instance, partition_key=request.partition_key, tags=request.tags,
                          resources={"storage": storage}, selection=["raw_simulation_data"], raise_on_error=False)
     assert run.success
+
+
+def test_the_waiting_and_deferred_lines_name_twenty_runs_and_count_the_rest(storage, instance, monkeypatch):
+    """A thousand runs dropped at once made each tick log one line naming all of them (and the next ticks
+    the same, minus those taken), where the other lines of the sensor and the schedule stop at twenty."""
+    monkeypatch.setenv("WHILEAI_PIPELINE_SENSOR_BUDGET_SECONDS", "0")
+    storage.inbox.mkdir(parents=True)
+    for n in range(26):
+        _drop(SAMPLE, storage.inbox / f"r{n:02d}.jsonl")
+    for n in range(26):
+        shutil.copyfile(SAMPLE, storage.inbox / f"s{n:02d}.jsonl")  # just written: settling
+    _, said = _evaluate_logged(instance, storage)
+    (deferred,) = [line for line in said if "wait for the next tick" in line]
+    (settling,) = [line for line in said if "to settle" in line]
+    assert "r20 and 5 more wait for the next tick" in deferred, deferred
+    assert "s19 and 6 more to settle" in settling, settling

@@ -304,11 +304,11 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
         context.log.warning(f"inbox files the sensor cannot read: {_names(unreadable)}; make them readable by the user "
                             "the sensor runs as (or move them out of the inbox): they are looked at again at every tick")
     if settling:
-        context.log.info(f"waiting for {', '.join(settling)} to settle: modified less than {settle:g} s ago "
+        context.log.info(f"waiting for {_names(settling)} to settle: modified less than {settle:g} s ago "
                          f"(${ENV_SETTLE})")
     if deferred:
         context.log.info(f"hashed {hashed} of the new or changed run files in {time.monotonic() - started:.1f} s; "
-                         f"{', '.join(deferred)} wait for the next tick (${ENV_SENSOR_BUDGET}, default "
+                         f"{_names(deferred)} wait for the next tick (${ENV_SENSOR_BUDGET}, default "
                          f"{DEFAULT_SENSOR_BUDGET_SECONDS:g} s)")
     return dg.SensorResult(
         run_requests=requests,
