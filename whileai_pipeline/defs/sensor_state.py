@@ -36,7 +36,8 @@ def load(storage, cursor):
             state = orjson.loads(cursor)
         except orjson.JSONDecodeError:
             state = None
-        if isinstance(state, dict):
+        # each run's entry an object, as this sensor wrote them (a "_" entry is a list)
+        if isinstance(state, dict) and all(isinstance(v, dict) for k, v in state.items() if not k.startswith("_")):
             return state, None
         return {}, f"its cursor {cursor[:80]!r} is not one this sensor wrote (set by hand?)"
     digest = cursor[len(PREFIX):]
@@ -45,6 +46,8 @@ def load(storage, cursor):
         data = path.read_bytes()
     except FileNotFoundError:
         return {}, f"its memory of the inbox, {path}, is gone (was the storage root moved or cleaned?)"
+    except OSError as exc:  # e.g. a cursor set by hand naming what no file can be named (File name too long)
+        return {}, f"its memory of the inbox, {str(path)[:200]}, cannot be read ({exc.strerror or exc})"
     if hashlib.sha256(data).hexdigest() != digest:
         return {}, f"its memory of the inbox, {path}, was changed by hand"
     return orjson.loads(data), None
