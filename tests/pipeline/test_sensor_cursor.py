@@ -138,7 +138,8 @@ def test_a_lost_memory_is_said_and_the_sensor_starts_again(storage, instance):
     assert _state(storage, again.cursor) == _state(storage, first.cursor)
 
 
-@pytest.mark.parametrize("cursor", ["not json", "[1, 2]", "state:" + "0" * 64, '{"a": 1}', "state:" + "0" * 300])
+@pytest.mark.parametrize("cursor", ["not json", "[1, 2]", "state:" + "0" * 64, '{"a": 1}', "state:" + "0" * 300,
+                                    '{"a": {"n": "x"}}'])
 def test_a_cursor_this_sensor_cannot_read_is_said_and_the_sensor_starts_again(storage, instance, cursor):
     """Set by hand (the UI offers it): an object that is not this sensor's memory, or a name no file can have,
     failed every tick (AttributeError, "File name too long") instead of starting again."""

@@ -36,8 +36,9 @@ def load(storage, cursor):
             state = orjson.loads(cursor)
         except orjson.JSONDecodeError:
             state = None
-        # each run's entry an object, as this sensor wrote them (a "_" entry is a list)
-        if isinstance(state, dict) and all(isinstance(v, dict) for k, v in state.items() if not k.startswith("_")):
+        # each run's entry an object with a whole version number, as this sensor wrote them (a "_" entry is a list)
+        if isinstance(state, dict) and all(isinstance(v, dict) and type(v.get("n", 1)) is int
+                                           for k, v in state.items() if not k.startswith("_")):
             return state, None
         return {}, f"its cursor {cursor[:80]!r} is not one this sensor wrote (set by hand?)"
     digest = cursor[len(PREFIX):]
