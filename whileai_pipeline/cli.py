@@ -41,7 +41,14 @@ def _run_file(path) -> Path:
     """``path`` as a Path, or a UsageError saying why it is not a run file (missing, a directory)."""
     from whileai_pipeline.core.jsonl import require_file
 
+    from whileai_pipeline.core.runs import PROGRESS_SUFFIX
+
     path = Path(path)
+    for suffix, what in ((".meta.json", "the sidecar of a run (its system prompt and tools), read with the run"),
+                         (".jsonl" + PROGRESS_SUFFIX, "simulate's progress file of a run")):
+        if path.name.endswith(suffix) and len(path.name) > len(suffix):
+            run = path.with_name(path.name[:-len(suffix)] + ".jsonl")
+            raise UsageError(f"{path} is {what}, not a run: pass the run's .jsonl file ({run})")
     try:
         require_file(path, "run file", "pass the path of a .jsonl run")
     except OSError as exc:
@@ -91,7 +98,7 @@ def _run_key(path, name) -> str:
 
 
 def _load_config_file(path) -> dict:
-    path = Path(path)
+    path = Path(path).expanduser()  # --config=~/x.yaml: the shell expands no ~ after "="
     if path.is_dir():
         raise UsageError(f"{path} is a directory, not a config file: pass a YAML or JSON file of options")
     if not path.is_file():

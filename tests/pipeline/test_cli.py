@@ -537,3 +537,34 @@ def test_a_run_simulate_is_still_writing_is_refused_before_anything_runs(home, t
     progress.write_text('{"stage": "stopped", "rows": 48}')
     assert cli_module.main(["register", str(src)]) == 0
     assert (home / "inbox" / "live.jsonl").read_bytes() == SAMPLE.read_bytes()
+
+
+@pytest.mark.parametrize("given, said", [
+    ("x.meta.json", "x.meta.json is the sidecar of a run (its system prompt and tools), read with the run, not a "
+                    "run: pass the run's .jsonl file (x.jsonl)"),
+    ("x.jsonl.progress.json", "x.jsonl.progress.json is simulate's progress file of a run, not a run: pass the "
+                              "run's .jsonl file (x.jsonl)"),
+])
+def test_a_sidecar_or_progress_file_given_as_the_run_is_bad_usage(home, tmp_path, monkeypatch, capsys, given, said):
+    """It was registered as a run named ``x.meta`` and failed its raw step with ``bad_jsonl`` (exit 1)."""
+    from whileai_pipeline.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.jsonl").write_bytes(SAMPLE.read_bytes())
+    (tmp_path / given).write_bytes(SAMPLE_META.read_bytes() if given.endswith("meta.json") else b'{"stage": "stopped"}')
+    for command in ("run", "register"):
+        assert main([command, given, "--home", str(home)]) == 2
+        assert capsys.readouterr().err == f"whileai-pipeline: error: {said}\n"
+    assert not (home / "inbox").exists() or os.listdir(home / "inbox") == []
+
+
+def test_a_config_file_given_with_a_tilde_after_equals_is_found(home, tmp_path, monkeypatch):
+    """``--config=~/opts.yaml``: the shell expands no ``~`` after ``=``, and the file was "no such config file"."""
+    from whileai_pipeline.cli import run_chain
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    (tmp_path / "opts.yaml").write_text("formats: [openai]\n")
+    out = io.StringIO()
+    assert run_chain(SAMPLE, config_file="~/opts.yaml", home=home, out=out) == 0
+    assert "sft_export [openai]: published" in out.getvalue() and "[trl]" not in out.getvalue(), out.getvalue()
