@@ -383,14 +383,9 @@ def test_a_refused_publish_that_could_not_keep_the_previous_files_is_left_for_th
         assert rows and all(" (v2)" in orjson.dumps(row).decode() for row in rows)
 
 
-def test_a_refused_put_back_says_so_and_the_next_step_finishes_putting_back(published, monkeypatch):
-    """The trl rename refused, then the put-back of the openai file refused too: the message said only that
-    files were already replaced, and the candidate folder holding the undo journal and the kept previous
-    files was removed. It now says the put-back was refused, and the next step puts the previous files back
-    (the undo journal) before it exports again."""
-    chain, key, before = published
-    chain.register(_new_version())
-    folder = chain.storage.published_dir(key)
+def _refuse_trl_then_the_put_back(monkeypatch, folder):
+    """``os.replace`` refuses (EACCES) the first rename onto ``sft.trl.jsonl``, then the put-back of
+    ``sft.openai.jsonl`` from its kept copy; returns the list of refused destinations, as they come."""
     real, refusals = os.replace, []
 
     def replace(src, dst, **kwargs):
@@ -402,6 +397,18 @@ def test_a_refused_put_back_says_so_and_the_next_step_finishes_putting_back(publ
         return real(src, dst, **kwargs)
 
     monkeypatch.setattr(os, "replace", replace)
+    return refusals
+
+
+def test_a_refused_put_back_says_so_and_the_next_step_finishes_putting_back(published, monkeypatch):
+    """The trl rename refused, then the put-back of the openai file refused too: the message said only that
+    files were already replaced, and the candidate folder holding the undo journal and the kept previous
+    files was removed. It now says the put-back was refused, and the next step puts the previous files back
+    (the undo journal) before it exports again."""
+    chain, key, before = published
+    chain.register(_new_version())
+    folder = chain.storage.published_dir(key)
+    refusals = _refuse_trl_then_the_put_back(monkeypatch, folder)
     message = _sft_failure(chain.materialize(key, selection=SFT_CHAIN))
     assert refusals == [str(folder / "sft.trl.jsonl"), str(folder / "sft.openai.jsonl")]
     replaced = f"{folder / 'sft.openai.jsonl'}, {folder / 'sft.openai.report.json'} were already replaced"
@@ -463,17 +470,7 @@ def test_a_refused_put_back_settled_by_another_asset_s_step_leaves_no_candidate_
     chain, key, before = published
     chain.register(_new_version())
     folder = chain.storage.published_dir(key)
-    real, refusals = os.replace, []
-
-    def replace(src, dst, **kwargs):
-        first_trl = os.fspath(dst) == str(folder / "sft.trl.jsonl") and not refusals
-        put_back = os.fspath(dst) == str(folder / "sft.openai.jsonl") and ".previous" in os.fspath(src)
-        if first_trl or (put_back and len(refusals) == 1):
-            refusals.append(os.fspath(dst))
-            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(src), None, os.fspath(dst))
-        return real(src, dst, **kwargs)
-
-    monkeypatch.setattr(os, "replace", replace)
+    refusals = _refuse_trl_then_the_put_back(monkeypatch, folder)
     _sft_failure(chain.materialize(key, selection=SFT_CHAIN))
     assert len(refusals) == 2 and len(journal.pending(chain.storage.stage_dir(key))) == 1
     monkeypatch.undo()
