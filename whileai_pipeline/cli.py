@@ -38,9 +38,9 @@ class UsageError(Exception):
 
 
 def _run_file(path) -> Path:
-    """``path`` as a Path, or a UsageError saying why it is not a run file (missing, a directory)."""
+    """``path`` as a Path, or a UsageError saying why it is not a run file (missing, a directory, a run's
+    sidecar or progress file)."""
     from whileai_pipeline.core.jsonl import require_file
-
     from whileai_pipeline.core.runs import PROGRESS_SUFFIX
 
     path = Path(path)
