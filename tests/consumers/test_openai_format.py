@@ -700,3 +700,27 @@ def test_the_digest_carries_the_other_format_note_apart_from_the_problems(tmp_pa
     out = io.StringIO()
     assert run_validate(path, "openai", json_output=True, out=out, err=err) == 1
     assert json.loads(out.getvalue())["looks_like"]["format"] == "trl"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_chat_template_kwargs_on_some_rows_only_is_an_error(tmp_path, monkeypatch, workers):
+    """datasets.load_dataset fills a key a row lacks with None, and TRL passes
+    ``**example.get("chat_template_kwargs", {})``: a row without the key in a file where another row has it
+    raises TypeError (argument after ** must be a mapping, not NoneType) in maybe_apply_chat_template,
+    SFTTrainer and DPOTrainer."""
+    from whileai_pipeline.core import parallel
+
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 700)
+    with_kwargs = {**trl_messages_good(), "chat_template_kwargs": {"enable_thinking": False}}
+    rows = [with_kwargs] * 5 + [trl_messages_good()] + [with_kwargs] * 5
+    report = validate_file(_write(tmp_path / "f.jsonl", rows), "trl", workers=workers)
+    assert not report["ok"]
+    found = [(p["line"], p["severity"], p["where"]) for p in report["problems"]
+             if p["code"] == "chat_template_kwargs_missing"]
+    assert found == [(6, "error", "chat_template_kwargs")]
+    message = next(p["message"] for p in report["problems"] if p["code"] == "chat_template_kwargs_missing")
+    assert "line 1" in message and "None" in message
+    # every row with it, or none: no problem
+    for rows in ([with_kwargs] * 3, [trl_messages_good()] * 3):
+        report = validate_file(_write(tmp_path / "g.jsonl", rows), "trl", workers=workers)
+        assert report["ok"] and "chat_template_kwargs_missing" not in report["counts"]

@@ -49,6 +49,7 @@ class ColumnKinds:
         self.big_ints: dict[tuple, list] = {}  # path -> [first line, its value, values beyond int64]
         self.recounted: dict[tuple, set] = {}  # path -> every kind at it, read again (``recount``)
         self._last_tools = None  # the JSON of the last ``tools`` walked
+        self.kwargs_lines: dict[bool, int] = {}  # has chat_template_kwargs -> first such line
 
     def add_big_ints(self, line, row):
         """Note the integers beyond int64 in a row's conversational columns (the caller calls this only
@@ -77,6 +78,7 @@ class ColumnKinds:
     def add(self, line, row):
         if not isinstance(row, dict):
             return
+        self.kwargs_lines.setdefault("chat_template_kwargs" in row, line)
         for column in COLUMNS:
             if column in row:
                 value = row[column]
@@ -125,6 +127,8 @@ class ColumnKinds:
 
     def merge(self, other: ColumnKinds):
         """Fold in the paths of a later part of the file (a worker's chunk)."""
+        for has, line in other.kwargs_lines.items():
+            self.kwargs_lines[has] = min(line, self.kwargs_lines.get(has, line))
         for path, (line, value, count) in other.big_ints.items():
             mine = self.big_ints.get(path)
             if mine is None:
@@ -175,7 +179,18 @@ class ColumnKinds:
                                     "datasets.load_dataset types the path float64, so an integer such as 7 loads as 7.0 "
                                     "and is rendered and trained so; write one number type per path across rows"))
         big = sorted((self._big_int_problem(path) for path in self.big_ints), key=lambda p: (p[0], p[1]["where"]))
-        return out + big
+        return out + big + self._kwargs_problem()
+
+    def _kwargs_problem(self):
+        """A row without ``chat_template_kwargs`` in a file where another row has it: the loader gives it
+        None and TRL's ``**example.get("chat_template_kwargs", {})`` raises TypeError."""
+        if len(self.kwargs_lines) < 2:
+            return []
+        return [_problem(self.kwargs_lines[False], "chat_template_kwargs_missing", "chat_template_kwargs", (
+            f"this row has no chat_template_kwargs but line {self.kwargs_lines[True]} has: datasets.load_dataset "
+            "gives this row None, and TRL's **example.get('chat_template_kwargs', {}) raises TypeError (argument "
+            "after ** must be a mapping, not NoneType); give every row the key ({} when it has nothing to "
+            "pass) or none"), "error")]
 
     def _big_int_problem(self, path):
         """What the loader does with an integer beyond int64 (checked against datasets 5.2: Arrow reads
