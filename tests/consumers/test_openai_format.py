@@ -724,3 +724,35 @@ def test_chat_template_kwargs_on_some_rows_only_is_an_error(tmp_path, monkeypatc
     for rows in ([with_kwargs] * 3, [trl_messages_good()] * 3):
         report = validate_file(_write(tmp_path / "g.jsonl", rows), "trl", workers=workers)
         assert report["ok"] and "chat_template_kwargs_missing" not in report["counts"]
+
+
+def _with_nested(row, depth):
+    """``row``'s JSON line with its ``"@"`` value replaced by ``depth`` nested objects (too deep for json.dumps)."""
+    return json.dumps(row).replace('"@"', '{"a": ' * depth + "1" + "}" * depth) + "\n"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_value_nested_past_arrows_limit_is_an_error_not_a_crash(tmp_path, monkeypatch, workers):
+    """Arrow refuses a column value nested 63 containers deep (datasets.load_dataset: ArrowInvalid:
+    Recursion level in ArrowSchema struct exceeded); under a path kept as JSON text it loads. The walk
+    over such a value recursed once per level and raised RecursionError past about 990 levels."""
+    from whileai_pipeline.core import parallel
+
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 700)
+    # chosen[] (2 levels) .tool_calls[] (4) .function (5) .arguments (6), its x 57 more: 63
+    for depth, ok in ((56, True), (57, False), (1000, False)):
+        path = tmp_path / "f.jsonl"  # one key set per path: nothing kept as JSON text
+        path.write_text(_with_nested(_pair_calling({"x": "@"}), depth) * 8, encoding="utf-8")
+        report = validate_file(path, "trl", workers=workers)
+        found = [(p["line"], p["severity"], p["where"].split(".x.")[0]) for p in report["problems"]
+                 if p["code"] == "datasets_too_deep"]
+        assert report["ok"] is ok, (depth, report["problems"])
+        assert found == ([] if ok else [(1, "error", f"{side}[].tool_calls[].function.arguments")
+                                        for side in ("chosen", "rejected")])
+    # under messages, whose objects' keys differ, the loader keeps the value as JSON text
+    row = trl_messages_good()
+    row["messages"][2]["tool_calls"][0]["function"]["arguments"] = {"x": "@"}
+    path = tmp_path / "g.jsonl"
+    path.write_text(_with_nested(row, 999) * 3, encoding="utf-8")
+    report = validate_file(path, "trl", workers=workers)
+    assert report["ok"] and "datasets_too_deep" not in report["counts"], report["problems"]

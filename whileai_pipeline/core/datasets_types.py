@@ -30,6 +30,9 @@ ITEM = "[]"  # a list's items, all at one path
 INT64_MIN, INT64_MAX = -2**63, 2**63 - 1  # what an Arrow int64 holds
 UJSON_MIN, UJSON_MAX = -2**63, 2**64 - 1  # what pandas' ujson reads as an integer (int64 or uint64)
 _CONTAINERS = ("object", "array")
+# Arrow refuses a column value nested this many containers deep (the value itself the first):
+# "ArrowInvalid: Recursion level in ArrowSchema struct exceeded" (checked against datasets 5.2).
+ARROW_MAX_DEPTH = 63
 _JSON_STARTS = frozenset('{["-0123456789tfn')
 
 
@@ -50,6 +53,7 @@ class ColumnKinds:
         self.recounted: dict[tuple, set] = {}  # path -> every kind at it, read again (``recount``)
         self._last_tools = None  # the JSON of the last ``tools`` walked
         self.kwargs_lines: dict[bool, int] = {}  # has chat_template_kwargs -> first such line
+        self.too_deep: dict[tuple, int] = {}  # path of a container ARROW_MAX_DEPTH deep -> first line
 
     def add_big_ints(self, line, row):
         """Note the integers beyond int64 in a row's conversational columns (the caller calls this only
@@ -112,11 +116,17 @@ class ColumnKinds:
             if _kept_as_text(seen):
                 seen["text"] = True  # for good: a path only gains kinds and key sets
                 return
+            if len(path) >= ARROW_MAX_DEPTH:
+                self.too_deep.setdefault(path, line)
+                return
             for key, sub in value.items():
                 self._walk(line, (*path, key), sub)
         elif kind == "array":
             if _kept_as_text(seen):
                 seen["text"] = True
+                return
+            if len(path) >= ARROW_MAX_DEPTH:
+                self.too_deep.setdefault(path, line)
                 return
             for item in value:
                 self._walk(line, (*path, ITEM), item)
@@ -127,6 +137,8 @@ class ColumnKinds:
 
     def merge(self, other: ColumnKinds):
         """Fold in the paths of a later part of the file (a worker's chunk)."""
+        for path, line in other.too_deep.items():
+            self.too_deep[path] = min(line, self.too_deep.get(path, line))
         for has, line in other.kwargs_lines.items():
             self.kwargs_lines[has] = min(line, self.kwargs_lines.get(has, line))
         for path, (line, value, count) in other.big_ints.items():
@@ -179,7 +191,13 @@ class ColumnKinds:
                                     "datasets.load_dataset types the path float64, so an integer such as 7 loads as 7.0 "
                                     "and is rendered and trained so; write one number type per path across rows"))
         big = sorted((self._big_int_problem(path) for path in self.big_ints), key=lambda p: (p[0], p[1]["where"]))
-        return out + big + self._kwargs_problem()
+        deep = sorted((_problem(line, "datasets_too_deep", _where(path), (
+            f"a value nested {len(path)} containers deep in the {path[0]} column: datasets.load_dataset refuses "
+            "the file (ArrowInvalid: Recursion level in ArrowSchema struct exceeded); nest it less deeply "
+            f"(at most {ARROW_MAX_DEPTH - 1} levels, the column's own value counted)"), "error")
+            for path, line in self.too_deep.items()
+            if not any(path[:n] in text_paths for n in range(1, len(path) + 1))), key=lambda p: (p[0], p[1]["where"]))
+        return out + big + deep + self._kwargs_problem()
 
     def _kwargs_problem(self):
         """A row without ``chat_template_kwargs`` in a file where another row has it: the loader gives it
