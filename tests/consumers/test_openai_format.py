@@ -756,3 +756,20 @@ def test_a_value_nested_past_arrows_limit_is_an_error_not_a_crash(tmp_path, monk
     path.write_text(_with_nested(row, 999) * 3, encoding="utf-8")
     report = validate_file(path, "trl", workers=workers)
     assert report["ok"] and "datasets_too_deep" not in report["counts"], report["problems"]
+
+
+def test_a_line_with_19_digits_nested_1000_deep_gets_a_report_not_a_crash(tmp_path):
+    """A line with 19 digits in a row is searched for integers beyond int64, and such an integer under a
+    path kept as JSON text is looked up again in every row: both walks recursed once per level, and a
+    value nested about 990 deep (orjson reads 1,024) raised RecursionError out of validate_file."""
+    row = trl_messages_good()
+    row["messages"][2]["tool_calls"][0]["function"]["arguments"] = {"x": "@"}
+    path = tmp_path / "f.jsonl"
+    path.write_text(_with_nested(row, 990).replace(": 1}", f": {10**25}}}", 1) * 2, encoding="utf-8")
+    report = validate_file(path, "trl", workers=1)
+    assert report["ok"] and report["rows"] == 2, report["problems"]
+    # not so deep, the integer is found and reported at its path
+    path.write_text(_with_nested(row, 100).replace(": 1}", f": {10**25}}}", 1) * 2, encoding="utf-8")
+    report = validate_file(path, "trl", workers=1)
+    found = [(p["line"], p["where"].split(".x.")[0]) for p in report["problems"] if p["code"] == "datasets_big_int"]
+    assert found == [(1, "messages[].tool_calls[].function.arguments")]

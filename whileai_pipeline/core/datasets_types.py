@@ -64,20 +64,21 @@ class ColumnKinds:
                     self._find_big(line, (column,), row[column])
 
     def _find_big(self, line, path, value):
-        kind = type(value)
-        if kind is int:
-            if not INT64_MIN <= value <= INT64_MAX:
-                seen = self.big_ints.get(path)
-                if seen is None:
-                    self.big_ints[path] = [line, value, 1]
-                else:
-                    seen[2] += 1
-        elif kind is dict:
-            for key, sub in value.items():
-                self._find_big(line, (*path, key), sub)
-        elif kind is list:
-            for item in value:
-                self._find_big(line, (*path, ITEM), item)
+        todo = [(path, value)]  # a stack, not recursion: a value may be nested 1,000 deep
+        while todo:
+            path, value = todo.pop()
+            kind = type(value)
+            if kind is int:
+                if not INT64_MIN <= value <= INT64_MAX:
+                    seen = self.big_ints.get(path)
+                    if seen is None:
+                        self.big_ints[path] = [line, value, 1]
+                    else:
+                        seen[2] += 1
+            elif kind is dict:
+                todo.extend(reversed([((*path, key), sub) for key, sub in value.items()]))
+            elif kind is list:
+                todo.extend(reversed([((*path, ITEM), item) for item in value]))
 
     def add(self, line, row):
         if not isinstance(row, dict):
@@ -257,18 +258,14 @@ class ColumnKinds:
         self.recounted.update(found)
 
 
-def _kinds_along(value, path, out, depth=0):
-    if depth == len(path):
-        if value is not None:
-            out.add(json_type(value))
-        return
-    part = path[depth]
-    if part == ITEM:
-        if isinstance(value, list):
-            for item in value:
-                _kinds_along(item, path, out, depth + 1)
-    elif isinstance(value, dict) and part in value:
-        _kinds_along(value[part], path, out, depth + 1)
+def _kinds_along(value, path, out):
+    values = [value]  # level by level, not recursion: a path may be 1,000 deep
+    for part in path:
+        if part == ITEM:
+            values = [item for v in values if isinstance(v, list) for item in v]
+        else:
+            values = [v[part] for v in values if isinstance(v, dict) and part in v]
+    out.update(json_type(v) for v in values if v is not None)
 
 
 def _kept_as_text(seen) -> bool:
