@@ -773,3 +773,15 @@ def test_a_line_with_19_digits_nested_1000_deep_gets_a_report_not_a_crash(tmp_pa
     report = validate_file(path, "trl", workers=1)
     found = [(p["line"], p["where"].split(".x.")[0]) for p in report["problems"] if p["code"] == "datasets_big_int"]
     assert found == [(1, "messages[].tool_calls[].function.arguments")]
+
+
+def test_chosen_and_rejected_too_deep_to_compare_get_a_report_not_a_crash(tmp_path):
+    """chosen + rejected without a prompt: their shared leading messages are found by comparing them
+    (as TRL's extract_prompt does), and comparing two values nested ~1,010 deep raised RecursionError."""
+    first = {"role": "user", "content": "Where is order 7?", "meta": "@"}
+    row = {"chosen": [first, {"role": "assistant", "content": "Shipped."}],
+           "rejected": [first, {"role": "assistant", "content": "No idea."}]}
+    path = tmp_path / "f.jsonl"
+    path.write_text(_with_nested(row, 1010).replace('"@"', '{"a": ' * 1010 + "1" + "}" * 1010), encoding="utf-8")
+    report = validate_file(path, "trl", workers=1)
+    assert not report["ok"] and report["counts"].get("implicit_prompt_too_deep") == 1, report["problems"]

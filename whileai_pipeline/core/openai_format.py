@@ -575,8 +575,14 @@ class _Row:
         if not (isinstance(chosen, list) and isinstance(rejected, list) and chosen and rejected):
             return "preference_implicit_prompt"
         n = 0
-        while n < min(len(chosen), len(rejected)) and chosen[n] == rejected[n]:
-            n += 1
+        try:
+            while n < min(len(chosen), len(rejected)) and chosen[n] == rejected[n]:
+                n += 1
+        except RecursionError:
+            self.error("implicit_prompt_too_deep", f"chosen[{n}]", "chosen and rejected are nested too deep to "
+                       "compare: Python's ==, which TRL's extract_prompt also uses to find the shared prompt, raises "
+                       "RecursionError; nest the values less deeply or give the prompt as its own column")
+            return "preference_implicit_prompt"
         if n == 0:
             self.error("implicit_prompt_empty", "", "chosen and rejected share no leading message: TRL's "
                        "extract_prompt gives an empty prompt and DPOTrainer raises")
