@@ -1,6 +1,7 @@
 """What must be shown, points 3 and 4: a failed gate fails the run, stops downstream, never replaces
 the published export, and keeps the candidate under rejected/; validate=False publishes with WARN."""
 
+import os
 import math
 
 import dagster as dg
@@ -258,3 +259,26 @@ def test_checks_without_a_materialization_fail_at_their_own_severity(chain, monk
               if asset == "sft_export"}
     assert checks == {"tool_call_roundtrip": (False, ERROR), "privileged_leak": (False, ERROR),
                       "consumer_format": (False, WARN)}
+
+
+def test_a_consumer_format_check_whose_file_is_gone_says_so(chain, monkeypatch):
+    """Run after the file it validates was removed (a check run without its asset reads the partition's
+    latest materialization): it raised FileNotFoundError, a traceback in place of a check result."""
+    from whileai_pipeline.defs import checks as checks_module
+
+    real = checks_module._report_metadata
+
+    def file_removed_since(context, asset_key):
+        metadata, run_id = real(context, asset_key)
+        if asset_key.to_user_string() == "sft_export":
+            os.unlink(metadata["openai/published_path"].value)
+        return metadata, run_id
+
+    monkeypatch.setattr(checks_module, "_report_metadata", file_removed_since)
+    key = chain.register()
+    result = chain.materialize(key)
+    check = check_results(result)[("sft_export", "consumer_format")]
+    assert (check.passed, check.severity) == (False, WARN)
+    gone = chain.storage.published_path(key, "sft", "openai")
+    assert check.description == (f"consumer format problems: openai: {gone} is gone (removed since the export?); "
+                                 "materialize sft_export again"), check.description

@@ -274,8 +274,14 @@ def _consumer_format_check(asset_def):
             path = _value(metadata, f"{fmt}/published_path") or _value(metadata, f"{fmt}/rejected_path")
             if not path:
                 continue
-            report = validate_file(path, fmt)
             checked += 1
+            try:
+                report = validate_file(path, fmt)
+            except OSError as exc:  # run without its asset, after the file was removed or moved
+                why = ("is gone (removed since the export?)" if isinstance(exc, FileNotFoundError)
+                       else f"cannot be read ({exc.strerror or exc})")
+                problems.append(f"{fmt}: {path} {why}; materialize {asset_key.to_user_string()} again")
+                continue
             out[f"{fmt}/format_report"] = dg.MetadataValue.json(summary(report))
             out[f"{fmt}/format_errors"] = int(report["errors"])
             out[f"{fmt}/format_warnings"] = int(report["warnings"])
