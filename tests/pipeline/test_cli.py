@@ -337,6 +337,33 @@ def test_a_scorer_or_judge_that_cannot_be_imported_is_bad_usage_before_anything_
     assert not home.exists()
 
 
+def test_a_scorer_or_judge_module_that_fails_as_it_is_imported_is_bad_usage(home, tmp_path, monkeypatch, capsys):
+    """Found by a review: a module that raised anything but ImportError as it was imported (a RuntimeError
+    for a missing API key, a SyntaxError) ended `run` with a traceback and exit 1, and failed the step with
+    a bare traceback; the README promises exit 2 for a scorer or judge that cannot be imported."""
+    from whileai_pipeline import cli as cli_module
+    from whileai_pipeline.core.scoring import ScorerError, load_callable, resolve_scorer
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    (tmp_path / "needs_key.py").write_text("raise RuntimeError('set OPENAI_API_KEY first')\n")
+    (tmp_path / "typo_scorer.py").write_text("def score(row) return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ScorerError, match=r"^scorer 'needs_key:score': cannot import 'needs_key': RuntimeError: "
+                                          r"set OPENAI_API_KEY first"):
+        resolve_scorer("needs_key:score")
+    with pytest.raises(ScorerError, match=r"^judge 'typo_scorer:score': cannot import 'typo_scorer': SyntaxError"):
+        load_callable("typo_scorer:score", "judge")
+    for option, said in (("scorer: needs_key:score", "scorer 'needs_key:score': cannot import 'needs_key': "
+                                                     "RuntimeError: set OPENAI_API_KEY first"),
+                         ("judge: typo_scorer:score", "judge 'typo_scorer:score': cannot import 'typo_scorer': "
+                                                      "SyntaxError")):
+        config = tmp_path / "opts.yaml"
+        config.write_text(option + "\n")
+        assert cli_module.main(["run", str(SAMPLE), "--config", str(config), "--home", str(home)]) == 2
+        assert f"whileai-pipeline: error: {said}" in capsys.readouterr().err
+    assert not home.exists()
+
+
 def test_an_unknown_key_in_an_ops_config_is_bad_usage_before_the_run_is_registered(home, tmp_path, monkeypatch,
                                                                                     capsys):
     """A typo in Dagster's ``ops:`` form exits 2 like one in the flat form, with nothing copied to the

@@ -66,6 +66,8 @@ def load_callable(spec: str, what: str = "scorer") -> Callable:
         obj = importlib.import_module(module_name)
     except ImportError as exc:
         raise ScorerError(f"{what} {spec!r}: cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:  # the module itself failed as it ran: a SyntaxError, a missing API key
+        raise ScorerError(f"{what} {spec!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}") from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
