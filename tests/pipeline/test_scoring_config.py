@@ -322,3 +322,30 @@ def test_the_scored_stage_counts_what_it_writes_and_names_a_scorer_failure(chain
         selection=["scored_simulation_data"])
     assert numpy_run.success
     assert [r["reward"] for r in read_rows(chain.storage.stage_path(key, "scored"))] == [0, 1.0, 0]
+
+
+def test_a_scorer_reason_object_keeps_the_privileged_reference_out_of_the_exports(chain, tmp_path, monkeypatch):
+    """Found by a review: a scorer's reason object was turned into its Python repr as the row was scored, so a
+    reference it held was text the exports could no longer scrub (DECISIONS 8): it was published in every
+    SFT row's `reason` and every pair's `chosen_reason` / `rejected_reason`."""
+    (tmp_path / "explaining_scorers.py").write_text(
+        "def with_reference(row):\n"
+        "    ok = row.get('reward') == 1\n"
+        "    return {'reward': 1.0 if ok else 0.0,\n"
+        "            'reason': {'verdict': 'ok' if ok else 'bad', 'reference': row['privileged']['reference']}}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    key = chain.register()
+    result = chain.materialize(key, run_config={"ops": {"scored_simulation_data": {"config": {
+        "scorer": "explaining_scorers:with_reference"}}}})
+    assert result.success
+    references = {r["privileged"]["reference"] for r in read_rows(chain.storage.stage_path(key, "raw"))}
+    published = sorted(chain.storage.published_dir(key).glob("*.jsonl"))
+    assert [p.name for p in published] == ["dpo.openai.jsonl", "dpo.trl.jsonl", "sft.openai.jsonl", "sft.trl.jsonl"]
+    for path in published:
+        body = path.read_text()
+        assert not [ref for ref in references if ref in body], path.name
+    sft = read_rows(chain.storage.published_path(key, "sft", "openai"))
+    assert {str(r["reason"]) for r in sft} == {"{'verdict': 'ok'}"}
+    dpo = read_rows(chain.storage.published_path(key, "dpo", "openai"))
+    assert {(p["chosen_reason"], p["rejected_reason"]) for p in dpo} == {("{'verdict': 'ok'}", "{'verdict': 'bad'}")}

@@ -110,7 +110,8 @@ def _wrap_callable(fn, name):
                               "expected a number, None or {'reward': ..., 'reason': ...}")
         if result is not None and type(result) not in (int, float):  # numpy scalars, Fraction: plain numbers
             result = int(result) if isinstance(result, numbers.Integral) else float(result)
-        return result, (None if reason is None else str(reason))
+        # a reason object stays an object: the exports scrub it (DECISIONS 8), its text they could not
+        return result, reason
     return score
 
 
