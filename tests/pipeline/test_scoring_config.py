@@ -1,6 +1,8 @@
 """Scorers (core/scoring.py), config mapping and storage naming: fast, no Dagster runs except one
 custom-scorer chain."""
 
+import copy
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -349,3 +351,35 @@ def test_a_scorer_reason_object_keeps_the_privileged_reference_out_of_the_export
     assert {str(r["reason"]) for r in sft} == {"{'verdict': 'ok'}"}
     dpo = read_rows(chain.storage.published_path(key, "dpo", "openai"))
     assert {(p["chosen_reason"], p["rejected_reason"]) for p in dpo} == {("{'verdict': 'ok'}", "{'verdict': 'bad'}")}
+
+
+def test_a_scorer_that_changes_the_row_it_is_given_changes_nothing_that_is_written(chain, tmp_path, monkeypatch):
+    """Found by a review: "the row passed in is a copy" was a shallow copy, so a scorer that tidied the row
+    it was given (cleared `privileged` so as not to read it, appended a message) changed the scored stage:
+    every row lost its privileged block and the leak gates of both exports had nothing to read."""
+    (tmp_path / "tidy_scorers.py").write_text(
+        "def tidy(row):\n"
+        "    row['privileged'].clear()\n"
+        "    row['messages'].append({'role': 'assistant', 'content': 'scratch'})\n"
+        "    row['lineage']['seen_by'] = 'tidy'\n"
+        "    return row.get('reward')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from whileai_pipeline.core.scoring import resolve_scorer
+
+    given = {"reward": 1, "privileged": {"reference": "R"}, "messages": [], "lineage": {}}
+    row = copy.deepcopy(given)
+    assert resolve_scorer("tidy_scorers:tidy").score_row(row) == {**given, "label_source": "tidy_scorers:tidy",
+                                                                   "scorer": "tidy_scorers:tidy"}
+    assert row == given
+    key = chain.register()
+    result = chain.materialize(key, run_config={"ops": {"scored_simulation_data": {"config": {
+        "scorer": "tidy_scorers:tidy"}}}})
+    assert result.success
+    raw = read_rows(chain.storage.stage_path(key, "raw"))
+    scored = read_rows(chain.storage.stage_path(key, "scored"))
+    drop = ("scorer", "label_source")
+    assert [{k: v for k, v in r.items() if k not in drop} for r in scored] == [
+        {k: v for k, v in r.items() if k not in drop} for r in raw]
+    for asset in ("sft_export", "dpo_export"):
+        assert materialization(result, asset)["openai/rows_checked"].value > 0, asset

@@ -16,6 +16,7 @@ model's data can always be traced to the scorer that chose it.
 """
 
 import contextlib
+import copy
 import hashlib
 import importlib
 import itertools
@@ -98,7 +99,7 @@ def _reference_match(row):
 
 def _wrap_callable(fn, name):
     def score(row):
-        result = fn(dict(row))
+        result = fn(copy.deepcopy(row))  # a copy it may change: nothing it does reaches the scored row
         reason = None
         if isinstance(result, dict):
             if "reward" not in result:
