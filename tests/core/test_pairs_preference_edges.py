@@ -78,6 +78,24 @@ def test_a_structured_reason_loses_its_privileged_keys_before_it_becomes_text():
     assert (pairs[0]["chosen_reason"], pairs[0]["rejected_reason"]) == ("{'note': 'ok'}", "{'note': 'ok'}")
 
 
+def test_a_judge_reason_object_loses_its_privileged_keys_before_it_becomes_text(tmp_path):
+    """Found by a review: as for ``chosen_reason`` (DECISIONS 8 over spec 8.5's ``text(reason)``), the judge's
+    reason objects are scrubbed before they become the text of ``pairwise.reasons``; they were not, so a judge
+    that explained itself with the row's privileged block published the reference in every DPO row."""
+    def judge(a, b):
+        return {"winner": "A" if a["reward"] > b["reward"] else "B",
+                "reason": {"note": "closer to the reference", "privileged": a["privileged"]}}
+
+    rows = [_row("p", 1, "yes", privileged={"reference": REFERENCE}),
+            _row("p", 0, "no", privileged={"reference": REFERENCE})]
+    pairs, _ = wai.build_preference_pairs(rows)
+    judged, report = wai.judge_pairs(pairs, judge, concurrency=1)
+    assert report["n_judged"] == 1
+    assert judged[0]["pairwise"]["reasons"] == ["{'note': 'closer to the reference'}"] * 2
+    wai.export_preference(judged, tmp_path / "dpo.jsonl")
+    assert REFERENCE not in (tmp_path / "dpo.jsonl").read_text()
+
+
 # ------------------------------------------------------------ length-confound rule (spec 7.4)
 
 

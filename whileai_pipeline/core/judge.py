@@ -11,6 +11,7 @@ import json
 import re
 
 from .arguments import whole_number
+from .gates import scrub
 from .text import text
 
 POSITION_FLIP_FLAG = 0.2
@@ -146,7 +147,8 @@ class PairwiseJudging:
             second, reason2, answer2 = answers[1]
             second = {"A": "rejected", "B": "chosen", "tie": "tie"}.get(second)
             asked.append((reason2, answer2))
-        reasons = [text(r) for r, _ in asked if r]  # the reference's: given reasons only, as text
+        # the reference's: given reasons only, as text; scrubbed first (DECISIONS 8), as pairs' chosen_reason
+        reasons = [text(scrub(r)) for r, _ in asked if r]
         consistent = None
         if first is None or second is None:
             winner = first if first is not None else second
