@@ -383,3 +383,29 @@ def test_a_scorer_that_changes_the_row_it_is_given_changes_nothing_that_is_writt
         {k: v for k, v in r.items() if k not in drop} for r in raw]
     for asset in ("sft_export", "dpo_export"):
         assert materialization(result, asset)["openai/rows_checked"].value > 0, asset
+
+
+def test_a_judge_that_changes_the_rows_it_is_given_changes_no_pair(chain, tmp_path, monkeypatch):
+    """Found by a review: the judge was handed the pair's own rows, so one that kept the privileged block from
+    the model it asks (``a.pop('privileged')``) removed it from the pairs stage: the DPO leak gate then had
+    nothing to read and passed with NOTHING TO READ."""
+    (tmp_path / "careful_judges.py").write_text(
+        "def careful(a, b):\n"
+        "    a.pop('privileged', None)\n"
+        "    b.pop('privileged', None)\n"
+        "    a['steps'].clear()\n"
+        "    return {'winner': 'A' if a['reward'] > b['reward'] else 'B', 'reason': 'higher'}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    key = chain.register()
+    assert chain.materialize(key, selection=["raw_simulation_data", "scored_simulation_data",
+                                             "preference_pairs"]).success
+    unjudged = read_rows(chain.storage.stage_path(key, "pairs"))
+    result = chain.materialize(key, run_config={"ops": {"preference_pairs": {"config": {
+        "judge": "careful_judges:careful", "judge_concurrency": 4}}}},
+        selection=["preference_pairs", "dpo_export"])
+    assert result.success
+    judged = read_rows(chain.storage.stage_path(key, "pairs"))
+    assert [{k: v for k, v in p.items() if k not in ("pairwise", "tie")} for p in judged] == unjudged
+    assert all(p["chosen"]["privileged"] and p["chosen"]["steps"] for p in judged)
+    assert materialization(result, "dpo_export")["openai/rows_checked"].value == len(judged) > 0

@@ -6,6 +6,7 @@ it only reads pairs (from a list or a pairs file) and writes its verdict onto th
 with how pairs are chosen.
 """
 
+import copy
 import hashlib
 import json
 import re
@@ -131,9 +132,11 @@ class PairwiseJudging:
     def ask(self, pair):
         """The judge's answers about one pair (both orders unless ``swap`` is off), parsed; changes
         nothing, so pairs can be asked at once."""
-        answers = [_ask(self.judge, pair["chosen"], pair["rejected"])]
+        # copies of the rows: a judge that changes what it is given (pops ``privileged``) changes no pair
+        chosen, rejected = pair["chosen"], pair["rejected"]
+        answers = [_ask(self.judge, copy.deepcopy(chosen), copy.deepcopy(rejected))]
         if self.swap:
-            answers.append(_ask(self.judge, pair["rejected"], pair["chosen"]))
+            answers.append(_ask(self.judge, copy.deepcopy(rejected), copy.deepcopy(chosen)))
         return answers
 
     def record(self, pair, answers):
