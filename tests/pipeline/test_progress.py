@@ -59,3 +59,20 @@ def test_cli_draws_progress_bars_on_a_terminal(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script, str(SAMPLE), str(tmp_path / "home")],
                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert "rows/s" in proc.stdout and "sft export (openai, trl)" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_judging_logs_progress(chain, monkeypatch, tmp_path):
+    """Found by a review: a judge that calls a remote model is the slowest part of the chain, and judging
+    logged nothing from the pairing's last line to the step's end (no line, no bar)."""
+    monkeypatch.setenv(progress_mod.ENV_INTERVAL, "0")
+    (tmp_path / "quiet_judges.py").write_text("def first(a, b):\n    return {'winner': 'A'}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    key = chain.register()
+    result = chain.materialize(key, run_config={"ops": {"preference_pairs": {"config": {
+        "judge": "quiet_judges:first"}}}}, selection=["raw_simulation_data", "scored_simulation_data",
+                                                     "preference_pairs"])
+    assert result.success
+    messages = [entry.user_message for entry in chain.instance.all_logs(result.run_id)]
+    logged = [m for m in messages if m and m.startswith(f"{key}: judging (quiet_judges:first): ")]
+    assert any(m.startswith(f"{key}: judging (quiet_judges:first): 8 rows done") and m.endswith("(finished)")
+               for m in logged), messages

@@ -207,10 +207,12 @@ class PairwiseJudging:
 
 
 def judge_pairs_file(source, output, judge=None, *, swap=True, concurrency=1, examples=10,
-                     position_flip_flag=POSITION_FLIP_FLAG, prefers_rejected_flag=PREFERS_REJECTED_FLAG):
+                     position_flip_flag=POSITION_FLIP_FLAG, prefers_rejected_flag=PREFERS_REJECTED_FLAG,
+                     progress=None):
     """``judge_pairs`` from a pairs file to a pairs file, a few pairs at a time: memory does not grow with
     the pairs. ``output`` may be ``source`` (it is replaced whole once every pair is judged).
     ``concurrency`` is 1 here by default: the pipeline's judge is a user's callable, which may keep state.
+    ``progress`` is called with the pairs judged so far after every pair (a judge is slow: each one counts).
 
     Returns the judge report plus ``path``, ``n_written``, ``sha256``, ``ties`` (pairs judged a tie) and
     ``first_failure`` (what the judge said or raised on the first pair it could not judge, or None).
@@ -237,6 +239,8 @@ def judge_pairs_file(source, output, judge=None, *, swap=True, concurrency=1, ex
             line = dumps_line(entry)
             digest.update(line)
             out.write(line)
+            if progress is not None:
+                progress(judging.n)
     report = judging.report(position_flip_flag, prefers_rejected_flag)
     report.update(path=str(output), n_written=judging.n, sha256=digest.hexdigest(), ties=judging.ties,
                   first_failure=judging.first_failure)

@@ -437,10 +437,13 @@ def preference_pairs(
         report = {k: v for k, v in report.items() if k not in written}
         judge_report = None
         if judge is not None:
+            progress = _progress(context, f"judging ({config.judge})")
             try:
-                judged = judge_pairs_file(incoming, incoming, judge, concurrency=config.judge_concurrency)
+                judged = judge_pairs_file(incoming, incoming, judge, concurrency=config.judge_concurrency,
+                                          progress=progress)
             except ValueError as exc:
                 raise _library_failure(exc, "judge_pairs") from None
+            progress.close(judged["n"])
             sha256, ties = judged["sha256"], judged["ties"]
             judge_report = {k: v for k, v in judged.items() if k not in (*written, "first_failure")}
             if judged["failed"]:
