@@ -409,3 +409,19 @@ def test_a_judge_that_changes_the_rows_it_is_given_changes_no_pair(chain, tmp_pa
     assert [{k: v for k, v in p.items() if k not in ("pairwise", "tie")} for p in judged] == unjudged
     assert all(p["chosen"]["privileged"] and p["chosen"]["steps"] for p in judged)
     assert materialization(result, "dpo_export")["openai/rows_checked"].value == len(judged) > 0
+
+
+def test_a_module_function_scorer_reports_progress_after_every_row(tmp_path, monkeypatch):
+    """Found by a review: a user's scorer (often a call to a rate-limited model, seconds a row) reported
+    progress every 500 rows, as the built-in ones do, so the first progress line of a slow scorer came
+    minutes into the step."""
+    from whileai_pipeline.core.scoring import score_file
+
+    (tmp_path / "slow_scorers.py").write_text("def one(row):\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = tmp_path / "run.jsonl"
+    run.write_bytes(b'{"prompt": "p", "final_text": "a"}\n[1]\n{"prompt": "p", "final_text": "b"}\n')
+    done = []
+    with open(tmp_path / "scored.jsonl", "wb") as out:
+        score_file(run, out, resolve_scorer("slow_scorers:one"), ScoreStats(), progress=done.append)
+    assert done == [1, 2]

@@ -205,8 +205,11 @@ def score_file(source, out, scorer, stats, *, dest=None, progress=None, workers=
     digest = hashlib.sha256()
     n = workers_for(source, workers) if scorer.name in BUILTIN_SCORERS and dest is not None else 1
     if n == 1:
+        # a user's scorer may take seconds a row (a model behind it): its progress counts every row
+        every_row = progress is not None and scorer.name not in BUILTIN_SCORERS
         for lineno, row in iter_jsonl(source):
-            tick(progress, stats.n + 1)
+            if not every_row:
+                tick(progress, stats.n + 1)
             if isinstance(row, dict):
                 try:
                     row = scorer.score_row(row)
@@ -216,6 +219,8 @@ def score_file(source, out, scorer, stats, *, dest=None, progress=None, workers=
                     raise ScorerError(f"scorer {scorer.name} failed on {source}:{lineno}: "
                                       f"{type(exc).__name__}: {exc}") from exc
             stats.add(row)
+            if every_row and isinstance(row, dict):
+                progress(stats.n)
             line = dumps_line(row)
             digest.update(line)
             out.write(line)
