@@ -364,6 +364,23 @@ def test_a_scorer_or_judge_module_that_fails_as_it_is_imported_is_bad_usage(home
     assert not home.exists()
 
 
+def test_a_scorer_module_beside_the_user_that_cannot_be_found_says_to_put_it_on_pythonpath(home, tmp_path):
+    """Found by a review: the console script does not search the working directory, so `my_scorers.py` next
+    to the user was "No module named 'my_scorers'" with no word on what to do."""
+    (tmp_path / "my_scorers.py").write_text("def score(row):\n    return 1\n")
+    (tmp_path / "opts.yaml").write_text("scorer: my_scorers:score\n")
+    proc = cli(["run", str(SAMPLE), "--config", "opts.yaml"], home, tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert ("scorer 'my_scorers:score': cannot import 'my_scorers': No module named 'my_scorers'; put the folder "
+            "that holds it on PYTHONPATH (PYTHONPATH=. for the working directory)") in proc.stderr, proc.stderr
+    (tmp_path / "uses_missing.py").write_text("import no_such_dependency_xyz\ndef score(row):\n    return 1\n")
+    (tmp_path / "opts.yaml").write_text("scorer: uses_missing:score\n")
+    proc = cli(["run", str(SAMPLE), "--config", "opts.yaml"], home, tmp_path, {"PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 2, proc.stderr
+    assert ("scorer 'uses_missing:score': cannot import 'uses_missing': No module named 'no_such_dependency_xyz' "
+            "(in config file opts.yaml)" in proc.stderr), proc.stderr
+
+
 def test_an_unknown_key_in_an_ops_config_is_bad_usage_before_the_run_is_registered(home, tmp_path, monkeypatch,
                                                                                     capsys):
     """A typo in Dagster's ``ops:`` form exits 2 like one in the flat form, with nothing copied to the

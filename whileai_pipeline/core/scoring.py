@@ -66,7 +66,10 @@ def load_callable(spec: str, what: str = "scorer") -> Callable:
     try:
         obj = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ScorerError(f"{what} {spec!r}: cannot import {module_name!r}: {exc}") from exc
+        # the module itself not found (not one it imports): the command does not search the working directory
+        hint = ("; put the folder that holds it on PYTHONPATH (PYTHONPATH=. for the working directory)"
+                if getattr(exc, "name", None) == module_name.split(".")[0] else "")
+        raise ScorerError(f"{what} {spec!r}: cannot import {module_name!r}: {exc}{hint}") from exc
     except Exception as exc:  # the module itself failed as it ran: a SyntaxError, a missing API key
         raise ScorerError(f"{what} {spec!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}") from exc
     for part in attr.split("."):
