@@ -285,7 +285,8 @@ def test_a_step_that_raises_is_reported_with_its_own_error(home, tmp_path, monke
     out = io.StringIO()
     assert run_chain(SAMPLE, config_file=config, home=home, out=out) == 1
     assert (f"  step scored_simulation_data failed: scorer down_scorer:score failed on {SAMPLE}:1: "
-            "RuntimeError: the scorer service is down\n") in out.getvalue()
+            "RuntimeError: the scorer service is down. Fix the scorer (or set another one in the run config) and "
+            "materialize again; the scored stage is unchanged.\n") in out.getvalue()
 
 
 def test_errors_name_the_files_the_user_gave_not_their_inbox_copies(home, tmp_path, monkeypatch):

@@ -425,3 +425,29 @@ def test_a_module_function_scorer_reports_progress_after_every_row(tmp_path, mon
     with open(tmp_path / "scored.jsonl", "wb") as out:
         score_file(run, out, resolve_scorer("slow_scorers:one"), ScoreStats(), progress=done.append)
     assert done == [1, 2]
+
+
+def test_a_scorer_failing_on_a_row_fails_the_step_saying_what_to_do(chain, tmp_path, monkeypatch):
+    """Found by a review: the failure named the scorer, file and line but not what to do, nor that the
+    scored stage (what the exports read) was left as it was."""
+    (tmp_path / "picky_scorers.py").write_text(
+        "def picky(row):\n"
+        "    if row['final_text'] == 'boom':\n"
+        "        raise KeyError('answer')\n"
+        "    return 1\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rows = [{"prompt": "p", "final_text": "fine", "reward": 1}, {"prompt": "p", "final_text": "boom", "reward": 0}]
+    key = chain.register(rows, meta=False)
+    assert chain.materialize(key, selection=["raw_simulation_data", "scored_simulation_data"]).success
+    scored = chain.storage.stage_path(key, "scored")
+    before = scored.read_bytes()
+    result = chain.materialize(key, run_config={"ops": {"scored_simulation_data": {"config": {
+        "scorer": "picky_scorers:picky"}}}}, selection=["scored_simulation_data"])
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    raw = chain.storage.stage_path(key, "raw")
+    assert (f"scorer picky_scorers:picky failed on {raw}:2: KeyError: 'answer'. Fix the scorer (or set another "
+            "one in the run config) and materialize again; the scored stage is unchanged."
+            ) in failure.event_specific_data.error.message
+    assert scored.read_bytes() == before

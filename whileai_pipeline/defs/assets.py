@@ -373,7 +373,8 @@ def scored_simulation_data(
         with atomic_file(_incoming(scored)) as out:
             scored_sha = score_file(raw, out, scorer, stats, dest=scored, progress=progress)
     except ScorerError as exc:
-        raise dg.Failure(description=str(exc)) from None
+        raise dg.Failure(description=f"{exc}. Fix the scorer (or set another one in the run config) and "
+                         "materialize again; the scored stage is unchanged.") from None
     progress.close(stats.n)
     _stage_with_sidecar(_incoming(scored), scored, meta_path_for(raw))
     metadata = {
