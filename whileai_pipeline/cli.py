@@ -314,11 +314,21 @@ def _warning_lines(asset, warnings_by_format, formats):
 def _named_as_given(line, storage, key, path):
     """``line`` with the inbox copy of the run (and of its sidecar), and the raw stage's snapshot of it,
     named as the file the user gave: each is byte for byte that file, so a line number holds, and fixing
-    a copy would not help (the next ``run FILE`` copies the original over it)."""
+    a copy would not help (the next ``run FILE`` copies the original over it). Not the raw stage when
+    ``on_bad_line: quarantine`` left lines out of it (it is then smaller): its line numbers are its own."""
     from whileai_pipeline.defs.resources import meta_path_for
 
-    for copy, given in ((storage.run_path(key), path), (storage.run_meta_path(key), meta_path_for(path)),
-                        (storage.stage_path(key, "raw"), path)):
+    def size(p):
+        try:
+            return p.stat().st_size
+        except OSError:
+            return None
+
+    raw, run = storage.stage_path(key, "raw"), storage.run_path(key)
+    renamed = [(run, path), (storage.run_meta_path(key), meta_path_for(path))]
+    if size(raw) == size(run):  # the raw stage keeps a subset of the run's lines verbatim: same size, same file
+        renamed.append((raw, path))
+    for copy, given in renamed:
         if copy.resolve() != Path(given).resolve():
             line = line.replace(str(copy), str(given))
     return line

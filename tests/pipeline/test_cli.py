@@ -289,6 +289,32 @@ def test_a_step_that_raises_is_reported_with_its_own_error(home, tmp_path, monke
             "materialize again; the scored stage is unchanged.\n") in out.getvalue()
 
 
+def test_a_scorer_failure_after_lines_were_quarantined_names_a_line_that_holds(home, tmp_path, monkeypatch):
+    """Found by a review: the raw stage was renamed to the user's file in every message, but with lines
+    quarantined it is not that file byte for byte: a scorer failing on line 4 of the run was reported on
+    line 3 of it (line 3 of the raw stage), a row the scorer had scored without trouble."""
+    from whileai_pipeline.cli import run_chain
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    (tmp_path / "picky.py").write_text(
+        "def score(row):\n"
+        "    if row['final_text'] == 'boom':\n"
+        "        raise KeyError('answer')\n"
+        "    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    src = tmp_path / "night.jsonl"
+    src.write_text('{"prompt": "p", "final_text": "fine"}\nnot json\n{"prompt": "p", "final_text": "ok"}\n'
+                   '{"prompt": "p", "final_text": "boom"}\n')
+    config = tmp_path / "opts.yaml"
+    config.write_text("on_bad_line: quarantine\nscorer: picky:score\n")
+    out = io.StringIO()
+    assert run_chain(src, config_file=config, home=home, out=out) == 1
+    raw = home / "stages" / "night" / "raw.jsonl"
+    assert raw.read_text().splitlines()[2] == '{"prompt": "p", "final_text": "boom"}'
+    assert f"  step scored_simulation_data failed: scorer picky:score failed on {raw}:3: KeyError" in out.getvalue(), \
+        out.getvalue()
+
+
 def test_errors_name_the_files_the_user_gave_not_their_inbox_copies(home, tmp_path, monkeypatch):
     from whileai_pipeline.cli import run_chain
 
