@@ -329,7 +329,8 @@ def test_the_scored_stage_counts_what_it_writes_and_names_a_scorer_failure(chain
 def test_a_scorer_reason_object_keeps_the_privileged_reference_out_of_the_exports(chain, tmp_path, monkeypatch):
     """Found by a review: a scorer's reason object was turned into its Python repr as the row was scored, so a
     reference it held was text the exports could no longer scrub (DECISIONS 8): it was published in every
-    SFT row's `reason` and every pair's `chosen_reason` / `rejected_reason`."""
+    SFT row's `reason` and every pair's `chosen_reason` / `rejected_reason`. It is scrubbed, then made text
+    (one type in the column, as datasets wants it)."""
     (tmp_path / "explaining_scorers.py").write_text(
         "def with_reference(row):\n"
         "    ok = row.get('reward') == 1\n"
@@ -348,7 +349,7 @@ def test_a_scorer_reason_object_keeps_the_privileged_reference_out_of_the_export
         body = path.read_text()
         assert not [ref for ref in references if ref in body], path.name
     sft = read_rows(chain.storage.published_path(key, "sft", "openai"))
-    assert {str(r["reason"]) for r in sft} == {"{'verdict': 'ok'}"}
+    assert {r["reason"] for r in sft} == {"{'verdict': 'ok'}"}
     dpo = read_rows(chain.storage.published_path(key, "dpo", "openai"))
     assert {(p["chosen_reason"], p["rejected_reason"]) for p in dpo} == {("{'verdict': 'ok'}", "{'verdict': 'bad'}")}
 

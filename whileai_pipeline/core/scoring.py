@@ -27,7 +27,9 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Callable
 
+from .gates import scrub
 from .groups import KeyIndex, key_digest, numeric_reward, task_key, verdict
+from .text import text
 
 BUILTIN_SCORERS = ("existing", "reference_match")
 _PUNCT = re.compile(r"[^\w\s]+", re.UNICODE)
@@ -114,8 +116,9 @@ def _wrap_callable(fn, name):
                               "expected a number, None or {'reward': ..., 'reason': ...}")
         if result is not None and type(result) not in (int, float):  # numpy scalars, Fraction: plain numbers
             result = int(result) if isinstance(result, numbers.Integral) else float(result)
-        # a reason object stays an object: the exports scrub it (DECISIONS 8), its text they could not
-        return result, reason
+        # scrubbed before it becomes text (DECISIONS 8): the text of a reason object holding the reference
+        # would carry it into every export, out of the scrub's reach; text keeps the column one type
+        return result, (None if reason is None else text(scrub(reason)))
     return score
 
 
