@@ -424,14 +424,16 @@ def preference_pairs(
     try:
         try:
             # File to file: the library keeps one summary per row, not the rows (memory stays flat).
+            pairing = _progress(context, "pairing")
             report = build_pairs_file(
                 scored,
                 incoming,
                 max_pairs_per_prompt=config.max_pairs_per_prompt,
                 min_margin=config.min_margin,
                 length_match=config.length_match,
-                progress=_progress(context, "pairing"),
+                progress=pairing,
             )
+            pairing.close()  # its "(finished)" line, as every other stage's
         except ValueError as exc:
             raise _library_failure(exc, "build_preference_pairs") from None
         n_pairs, sha256, ties = report["n_written"], report["sha256"], 0  # built pairs carry no tie
