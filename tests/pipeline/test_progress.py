@@ -34,7 +34,7 @@ def test_pipeline_steps_log_progress(chain, monkeypatch):
     assert any(m.startswith(f"{key}: reading the run: 48 rows done") for m in logged), logged
     for stage in ("reading the run", "scoring", "pairing", "sft export (openai, trl)", "dpo export (openai, trl)"):
         assert any(stage in m for m in logged), stage
-        assert any(m.startswith(f"{key}: {stage}: ") and m.endswith("(finished)") for m in logged), stage
+        assert any(m.startswith(f"{key}: {stage}") and m.endswith("(finished)") for m in logged), stage
 
 
 def test_cli_draws_progress_bars_on_a_terminal(tmp_path):
