@@ -114,23 +114,15 @@ class ColumnKinds:
                 seen["keys"] = keys
             if keys != seen["keys"] or not keys:
                 seen["mixed_keys"] = True
+        if kind in _CONTAINERS:
             if _kept_as_text(seen):
                 seen["text"] = True  # for good: a path only gains kinds and key sets
                 return
             if len(path) >= ARROW_MAX_DEPTH:
                 self.too_deep.setdefault(path, line)
                 return
-            for key, sub in value.items():
+            for key, sub in (value.items() if kind == "object" else ((ITEM, item) for item in value)):
                 self._walk(line, (*path, key), sub)
-        elif kind == "array":
-            if _kept_as_text(seen):
-                seen["text"] = True
-                return
-            if len(path) >= ARROW_MAX_DEPTH:
-                self.too_deep.setdefault(path, line)
-                return
-            for item in value:
-                self._walk(line, (*path, ITEM), item)
         elif len(seen["kinds"]) > 1 and _kept_as_text(seen):
             seen["text"] = True
         elif kind == "string" and seen["json_text"] is None and _is_json_text(value):
