@@ -62,6 +62,37 @@ def test_reference_match_normalizes():
     assert scorer.score_row(row)["label_source"] == "reference_match"
 
 
+def test_a_new_scorer_replaces_the_old_graders_verdict_not_only_its_reward(tmp_path, monkeypatch):
+    """Re-scoring once kept the old grader's ``grader_reason`` (which the export prefers to ``reason``),
+    its ``reason`` when the scorer gave none, and its ``judge_status``/``judge_name``/``judge_meta``: a
+    row re-scored 0.0 was exported with "passed the policy check", and a row the old grader timed out
+    on stayed out of every pair although the new scorer graded it."""
+    import whileai_pipeline.simulations as wai
+
+    (tmp_path / "bare_scorers.py").write_text("def zero(row):\n    return 0.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    graded = {"prompt": "p", "final_text": "Lyon", "privileged": {"reference": "Paris"}, "reward": 1,
+              "reason": "old reason", "grader_reason": "passed the policy check", "judge_status": "timeout",
+              "judge_name": "old-grader", "judge_meta": {"latency_s": 30}, "label_source": "old-grader"}
+    out = resolve_scorer("reference_match").score_row(graded)
+    assert out["reward"] == 0.0
+    assert out["reason"] == "reference_match: the final answer does not contain the reference"
+    assert "grader_reason" not in out and "judge_meta" not in out
+    assert (out["judge_status"], out["judge_name"]) == ("ok", "reference_match")
+    bare = resolve_scorer("bare_scorers:zero").score_row(graded)
+    assert bare["reward"] == 0.0 and "reason" not in bare and "grader_reason" not in bare
+    assert (bare["judge_status"], bare["judge_name"]) == ("ok", "bare_scorers:zero")
+    ungraded = resolve_scorer("reference_match").score_row({**graded, "privileged": {}})
+    assert ungraded["reward"] is None and ungraded["judge_status"] == "missing_reward"
+    # what the export makes of it: the new scorer's verdict, nothing of the old grader's
+    row = wai.training_rows([bare])[0]
+    assert row["reward"] == 0.0 and "reason" not in row and row["judge_name"] == "bare_scorers:zero"
+    assert "passed the policy check" not in str(row) and "old reason" not in str(row)
+    # existing keeps the row's own verdict, all of it
+    kept = resolve_scorer("existing").score_row(graded)
+    assert {k: kept[k] for k in graded} == graded
+
+
 def test_callable_scorer(tmp_path, monkeypatch):
     (tmp_path / "my_scorers.py").write_text(
         "def half(row):\n    return 0.5\n"
@@ -370,8 +401,9 @@ def test_a_scorer_that_changes_the_row_it_is_given_changes_nothing_that_is_writt
 
     given = {"reward": 1, "privileged": {"reference": "R"}, "messages": [], "lineage": {}}
     row = copy.deepcopy(given)
-    assert resolve_scorer("tidy_scorers:tidy").score_row(row) == {**given, "label_source": "tidy_scorers:tidy",
-                                                                   "scorer": "tidy_scorers:tidy"}
+    assert resolve_scorer("tidy_scorers:tidy").score_row(row) == {
+        **given, "label_source": "tidy_scorers:tidy", "scorer": "tidy_scorers:tidy", "judge_status": "ok",
+        "judge_name": "tidy_scorers:tidy"}
     assert row == given
     key = chain.register()
     result = chain.materialize(key, run_config={"ops": {"scored_simulation_data": {"config": {
@@ -379,7 +411,7 @@ def test_a_scorer_that_changes_the_row_it_is_given_changes_nothing_that_is_writt
     assert result.success
     raw = read_rows(chain.storage.stage_path(key, "raw"))
     scored = read_rows(chain.storage.stage_path(key, "scored"))
-    drop = ("scorer", "label_source")
+    drop = ("scorer", "label_source", "judge_status", "judge_name", "reason", "grader_reason", "judge_meta")
     assert [{k: v for k, v in r.items() if k not in drop} for r in scored] == [
         {k: v for k, v in r.items() if k not in drop} for r in raw]
     for asset in ("sft_export", "dpo_export"):

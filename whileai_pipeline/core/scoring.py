@@ -122,19 +122,31 @@ def _wrap_callable(fn, name):
     return score
 
 
+_OLD_VERDICT = ("reason", "grader_reason", "judge_meta")
+
+
 @dataclass(frozen=True)
 class Scorer:
     name: str
     fn: Callable
 
     def score_row(self, row: dict) -> dict:
-        """A copy of ``row`` with the reward, reason, ``scorer`` and ``label_source`` set."""
+        """A copy of ``row`` with the reward, reason, ``scorer`` and ``label_source`` set.
+
+        A scorer other than ``existing`` replaces the old grader's whole verdict: its ``grader_reason``
+        (which the export prefers to ``reason``) and ``judge_meta`` go, ``reason`` is the scorer's or
+        none, and ``judge_status``/``judge_name`` say this scorer graded the row (pairing reads them).
+        """
         reward, reason = self.fn(row)
         out = dict(row)
         if self.name != "existing":
+            for stale in _OLD_VERDICT:
+                out.pop(stale, None)
             out["reward"] = reward
             if reason:
                 out["reason"] = reason
+            out["judge_status"] = "ok" if reward is not None else "missing_reward"
+            out["judge_name"] = self.name
         if self.name != "existing" or not out.get("label_source"):
             out["label_source"] = self.name
         out["scorer"] = self.name
