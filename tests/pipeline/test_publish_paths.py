@@ -480,3 +480,42 @@ def test_a_refused_put_back_settled_by_another_asset_s_step_leaves_no_candidate_
     assert tree_bytes(folder) == before
     candidates = chain.storage.candidate_dir(key, "x").parent
     assert not candidates.exists(), sorted(str(p.relative_to(candidates)) for p in candidates.rglob("*"))
+
+
+def test_a_rejection_refused_half_way_leaves_no_folder_without_its_gates_json(tmp_path, monkeypatch):
+    """A new ``rejected/`` folder was filled in place: a refusal after the first file (no room for
+    ``gates.json``, a permission) left a folder holding a candidate and no word of why it was refused,
+    which the next identical refusal could not match either, so it stayed for good. The folder now
+    appears whole, under its name, or not at all (the step's failure says the candidate was not kept)."""
+    cand_dir = tmp_path / "candidates" / "r"
+    cand_dir.mkdir(parents=True)
+    candidates, reports = {}, {}
+    for fmt in ("openai", "trl"):
+        candidates[fmt] = cand_dir / f"sft.{fmt}.jsonl"
+        candidates[fmt].write_bytes(b'{"messages": []}\n')
+        reports[fmt] = {"path": str(candidates[fmt]), "n_written": 1, "sha256": None}
+    root = tmp_path / "rejected" / "run"
+    real_write_json = publishing.write_json
+
+    def no_room_for_gates(dest, value, **kw):
+        if dest.name == "gates.json":
+            raise OSError(errno.ENOSPC, "No space left on device", str(dest))
+        return real_write_json(dest, value, **kw)
+
+    monkeypatch.setattr(publishing, "write_json", no_room_for_gates)
+    with pytest.raises(OSError):
+        publishing.reject(candidates, reports, root / "20260101T000000Z-abcdef12-sft", {"privileged_leak": 1}, True)
+    assert not root.exists() or list(root.iterdir()) == []
+    monkeypatch.setattr(publishing, "write_json", real_write_json)
+    for fmt, candidate in candidates.items():  # the same refusal again, with room this time
+        candidate.write_bytes(b'{"messages": []}\n')
+    killed = root / ".20251231T000000Z-0badf00d-sft.partial"  # a step killed while filling its folder
+    killed.mkdir(parents=True)
+    (killed / "sft.openai.jsonl").write_bytes(b"{}\n")
+    folder = root / "20260101T000001Z-abcdef12-sft"
+    outcomes = publishing.reject(candidates, reports, folder, {"privileged_leak": 1}, True)
+    assert sorted(p.name for p in root.iterdir()) == [folder.name]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "gates.json", "sft.openai.jsonl", "sft.openai.report.json", "sft.trl.jsonl", "sft.trl.report.json"]
+    assert outcomes["trl"]["path"] == str(folder / "sft.trl.jsonl")
+    assert orjson.loads((folder / "sft.trl.report.json").read_bytes())["path"] == str(folder / "sft.trl.jsonl")

@@ -169,25 +169,42 @@ def same_refusal(rejected_root: Path, kind: str, candidates: dict, reports: dict
 
 
 def reject(candidates: dict, reports: dict, rejected_dir: Path, failed: dict, validate: bool) -> dict:
-    """Move every candidate and its report under ``rejected_dir``; returns ``{format: outcome}``."""
-    rejected_dir.mkdir(parents=True, exist_ok=True)
+    """Move every candidate and its report under ``rejected_dir``; returns ``{format: outcome}``.
+
+    A new folder is filled under a hidden name and renamed to ``rejected_dir`` once its ``gates.json`` is
+    written: a refusal half-way (no room, a permission) leaves no folder holding candidates without the
+    word of why they were refused. An existing folder (``same_refusal``) already has its ``gates.json``."""
+    fresh = not rejected_dir.is_dir()
+    folder = rejected_dir.with_name(f".{rejected_dir.name}.partial") if fresh else rejected_dir
     outcomes = {}
-    for fmt, candidate in candidates.items():
-        report = reports[fmt]
-        dest = rejected_dir / candidate.name
-        if _written(report, candidate):
-            os.replace(candidate, dest)
-            fsync_dir(dest.parent)
-            sha = report.get("sha256") or sha256_file(dest)
-        else:
-            dest, sha = None, None
-        write_json(report_file(rejected_dir / candidate.name), report_for_file(report, dest))
-        outcomes[fmt] = {"path": None if dest is None else str(dest), "sha256": sha, "unchanged": False}
-    write_json(rejected_dir / "gates.json", {
-        "validate": validate,
-        "failed": failed,
-        "reports": {fmt: report_file(rejected_dir / c.name).name for fmt, c in candidates.items()},
-    })
+    try:
+        if fresh:  # folders a killed step left half-filled (the run's partition is locked: none is live)
+            for stale in rejected_dir.parent.glob(".*.partial"):
+                shutil.rmtree(stale, ignore_errors=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        for fmt, candidate in candidates.items():
+            report = reports[fmt]
+            kept, dest = folder / candidate.name, rejected_dir / candidate.name
+            if _written(report, candidate):
+                os.replace(candidate, kept)
+                sha = report.get("sha256") or sha256_file(kept)
+            else:
+                dest, sha = None, None
+            write_json(report_file(kept), report_for_file(report, dest))
+            outcomes[fmt] = {"path": None if dest is None else str(dest), "sha256": sha, "unchanged": False}
+        write_json(folder / "gates.json", {
+            "validate": validate,
+            "failed": failed,
+            "reports": {fmt: report_file(rejected_dir / c.name).name for fmt, c in candidates.items()},
+        })
+        fsync_dir(folder)
+        if fresh:
+            os.rename(folder, rejected_dir)
+        fsync_dir(rejected_dir.parent)
+    except BaseException:
+        if fresh:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     return outcomes
 
 
