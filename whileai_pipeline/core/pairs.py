@@ -364,7 +364,9 @@ class SummaryTable:
                 c_score = score[c]
                 candidates = [r for r in ranked if r not in used and r != c and c_score - score[r] >= min_margin]
                 if not candidates:
-                    continue
+                    # the rows after c score no higher and nothing was marked used: none of them has a
+                    # candidate either (c itself is no margin below them), so the group is done
+                    break
                 if length_match:
                     c_length = length[c]
                     r = min(candidates, key=lambda i: abs(length[i] - c_length))
