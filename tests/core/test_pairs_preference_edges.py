@@ -206,3 +206,33 @@ def test_a_group_without_contrast_is_given_up_in_one_pass_over_its_rows():
     plan = table.plan()
     assert [(c.index, r.index) for c, r in plan.pairs()] == [(n, n + 1)]
     assert _CountedScores.reads < 10 * n
+
+
+# ------------------------------------------------------------ where an empty side is
+
+
+def test_an_empty_side_in_a_pairs_file_is_named_by_its_line(tmp_path):
+    """Spec 7.3 step 6 numbers the bad pair among the rows kept (after ties are dropped): in a pairs file
+    that is not where it is. The error also names the file and line, as export_dataset's does."""
+    pairs = [{"prompt": "Refund A", "chosen": _side("Yes."), "rejected": _side("No."), "tie": True},
+             {"prompt": "Refund A", "chosen": _side("Yes."), "rejected": _side("No.")},
+             {"prompt": "Refund A", "chosen": {}, "rejected": _side("No.")}]
+    src = tmp_path / "pairs.jsonl"
+    src.write_text("".join(json.dumps(p) + "\n" for p in pairs), encoding="utf-8")
+    with pytest.raises(ValueError) as err:
+        wai.export_preference(str(src), tmp_path / "out.jsonl", validate=False)
+    message = str(err.value)
+    assert message.startswith("schema_invalid in export_preference: 1:chosen_missing")
+    assert f"{src}:3" in message
+    assert "pair" in message.split(". ", 1)[1]  # the advice is about pairs, not training rows
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_an_empty_side_in_a_list_is_named_by_its_index(tmp_path):
+    pairs = [{"prompt": "Refund A", "chosen": _side("Yes."), "rejected": _side("No."), "tie": True},
+             {"prompt": "Refund A", "chosen": _side("Yes."), "rejected": {}}]
+    with pytest.raises(ValueError) as err:
+        wai.export_preference(pairs, tmp_path / "out.jsonl")
+    message = str(err.value)
+    assert message.startswith("schema_invalid in export_preference: 0:rejected_missing")
+    assert "index 1 of the pairs given" in message

@@ -128,13 +128,18 @@ def _pair_outcomes(item, plans):
     return outcomes
 
 
+PAIR_SCHEMA_ADVICE = ("A pair needs a non-empty chosen and rejected conversation: give each side a prompt, steps "
+                      "or messages (or pass system_prompt=), and fix or drop the pairs named.")
+
+
 class _PairTally:
     """Adds up pair outcomes in order: gates, schema check, counters, spool lines."""
 
-    def __init__(self, format, spool, progress):
+    def __init__(self, format, spool, progress, source_path=None):
         self.spool, self.progress = spool, progress
+        self.source_path = source_path  # the pairs file, None for pairs given in memory
         self.roundtrip, self.leaks = RoundtripGate(format), LeakGate()
-        self.schema = SchemaCheck("export_preference")
+        self.schema = SchemaCheck("export_preference", PAIR_SCHEMA_ADVICE)
         self.n_entries = self.skipped = self.bad = self.ties = self.dropped = self.n_out = 0
         self.rejected_quoting = self.deltas = self.longer = self.identical = self.rows_with_calls = 0
         self.n_margins, self.margin_sum = 0, 0
@@ -161,7 +166,10 @@ class _PairTally:
             self.dropped += 1
             return
         problems, facts, body = outcome
-        self.schema.add(self.n_out, problems)
+        if problems:  # the spec numbers the rows kept; say where the pair is too
+            where = (f"{self.source_path}:{position}" if self.source_path is not None
+                     else f"index {position} of the pairs given")
+            self.schema.add(self.n_out, problems, where)
         if self.schema.bad:
             self.n_out += 1
             return
@@ -288,7 +296,8 @@ def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ti
     try:
         for plan in plans:
             spools.append(Spool(dests[plan.format]))
-        tallies = [_PairTally(plan.format, spool, progress if i == 0 else None)
+        tallies = [_PairTally(plan.format, spool, progress if i == 0 else None,
+                              src.path if src.hashed is not None else None)
                    for i, (plan, spool) in enumerate(zip(plans, spools))]
         with change_explains_failure(src.path, stamp):
             _run_pairs(src, plans, tallies, spools, workers)

@@ -110,8 +110,10 @@ def preference_problems(row):
 class SchemaCheck:
     """Collects the first few invalid rows, as ``schema_invalid in <where>: i:code; ...``."""
 
-    def __init__(self, where):
+    def __init__(self, where, advice=None):
         self.where = where
+        self.advice = advice or ("A training row needs a non-empty conversation: give each row a prompt, steps or "
+                                 "messages (or pass system_prompt=), and fix or drop the rows named.")
         self.bad = []
         self.first_source = None
 
@@ -126,9 +128,7 @@ class SchemaCheck:
         if self.bad:
             where = f" (first bad row from {self.first_source})" if self.first_source else ""
             raise SchemaInvalidError(
-                f"schema_invalid in {self.where}: {'; '.join(self.bad)}{where}. A training row needs a non-empty "
-                "conversation: give each row a prompt, steps or messages (or pass system_prompt=), and fix or "
-                "drop the rows named.")
+                f"schema_invalid in {self.where}: {'; '.join(self.bad)}{where}. {self.advice}")
 
 
 def iter_training_rows(source, *, system_prompt=None, tools=None, strip_think=True,
