@@ -236,3 +236,33 @@ def test_an_empty_side_in_a_list_is_named_by_its_index(tmp_path):
     message = str(err.value)
     assert message.startswith("schema_invalid in export_preference: 0:rejected_missing")
     assert "index 1 of the pairs given" in message
+
+
+# ------------------------------------------------------------ output is the source (DECISIONS 4)
+
+
+def test_export_preference_onto_its_pairs_file_gives_advice_that_holds(tmp_path):
+    """With no output, export_preference writes nothing (it derives no name: spec 7.3 step 10), so the
+    error must not offer <name>.train<suffix>; the pairs file is untouched."""
+    src = tmp_path / "pairs.jsonl"
+    body = json.dumps({"prompt": "Refund A", "chosen": _side("Yes."), "rejected": _side("No.")}) + "\n"
+    src.write_text(body, encoding="utf-8")
+    with pytest.raises(ValueError) as err:
+        wai.export_preference(str(src), str(src))
+    assert str(err.value).startswith("output_is_source:")
+    assert ".train" not in str(err.value)
+    assert src.read_text(encoding="utf-8") == body
+
+
+def test_build_pairs_file_onto_its_run_gives_advice_that_holds(tmp_path):
+    """build_pairs_file has no default output: the error must not offer one."""
+    from whileai_pipeline.core.pairs import build_pairs_file
+
+    src = tmp_path / "run.jsonl"
+    body = "".join(json.dumps(_row("Refund A", r, t)) + "\n" for r, t in ((1, "Yes."), (0, "No.")))
+    src.write_text(body, encoding="utf-8")
+    with pytest.raises(ValueError) as err:
+        build_pairs_file(str(src), str(src))
+    assert str(err.value).startswith("output_is_source:")
+    assert ".train" not in str(err.value) and "or none" not in str(err.value)
+    assert src.read_text(encoding="utf-8") == body

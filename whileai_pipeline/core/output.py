@@ -33,13 +33,14 @@ def destination(output, source_path):
     return source_path.with_name(f"{source_path.name}.train.jsonl")
 
 
-def refuse_source(dest, source_path):
+def refuse_source(dest, source_path, advice="Pass another output path, or none to get <name>.train<suffix> beside it."):
     """DECISIONS 4: never write over the file being read (links and hard links included), nor over its
-    sidecar (``<name>.meta.json``: the system prompt and tools the export itself reads)."""
+    sidecar (``<name>.meta.json``: the system prompt and tools the export itself reads). ``advice``
+    says what to do instead, for the caller's own meaning of no output."""
     if _same_file(dest, source_path):
         raise OutputIsSourceError(
             f"output_is_source: {dest} is the source file {source_path}; writing there would destroy "
-            "the raw run. Pass another output path, or none to get <name>.train<suffix> beside it."
+            f"the raw run. {advice}"
         )
     meta = sidecar_path(source_path)
     if os.path.exists(meta) and _same_file(dest, meta):  # False for a name too long to exist

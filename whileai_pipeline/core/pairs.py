@@ -516,7 +516,7 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
     from .runs import change_explains_failure, check_unchanged, file_stamp
 
     require_file(Path(source), "source file", "pass the scored JSONL run to pair")
-    refuse_source(output, source)
+    refuse_source(output, source, "Pass another output path for the pairs.")
 
     table = SummaryTable(spans=True)  # each eligible row's summary and where it is in the file
     rows = 0

@@ -289,7 +289,7 @@ def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ti
     if src.path is not None:
         for dest in dests.values():
             if dest is not None:
-                refuse_source(dest, src.path)
+                refuse_source(dest, src.path, "Pass another output path, or none to get the report only.")
     plans = [_PairPlan(src.system, src.tools, strip_think, drop_ties, fmt, src.hashed is not None) for fmt in outputs]
     stamp = file_stamp(src.path)
     spools = []
