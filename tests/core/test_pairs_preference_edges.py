@@ -266,3 +266,31 @@ def test_build_pairs_file_onto_its_run_gives_advice_that_holds(tmp_path):
     assert str(err.value).startswith("output_is_source:")
     assert ".train" not in str(err.value) and "or none" not in str(err.value)
     assert src.read_text(encoding="utf-8") == body
+
+
+# ------------------------------------------------------------ why no pairs were left
+
+
+def test_no_pairs_left_after_ties_says_they_were_ties(tmp_path):
+    """Pairs that all had a chosen and a rejected side, all judged ties: the error must not say that
+    nothing had two sides or blame all-pass runs; it says the ties were dropped and how to keep them."""
+    pairs = [{"prompt": "Refund A", "chosen": _side("Yes."), "rejected": _side("No."), "tie": True}] * 2
+    with pytest.raises(ValueError) as err:
+        wai.export_preference(pairs, tmp_path / "out.jsonl")
+    message = str(err.value)
+    assert message.startswith("no_preference_pairs:")
+    assert "2 of 2" in message and "tie" in message and "drop_ties=False" in message
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_no_pairs_left_after_trl_drops_says_why(tmp_path):
+    """E65: a side that opens with the agent's greeting has its first assistant turn at index 0 without
+    a system prompt, so TRL has no prompt for it; when that empties the export, the error says so."""
+    side = {"prompt": "Refund A", "opener": "Hello, how can I help?", "final_text": "Done."}
+    pairs = [{"prompt": "Refund A", "chosen": side, "rejected": _side("No.")}]
+    with pytest.raises(ValueError) as err:
+        wai.export_preference(pairs, tmp_path / "out.jsonl", format="trl")
+    message = str(err.value)
+    assert message.startswith("no_preference_pairs:")
+    assert "1 of 1" in message and "system_prompt=" in message
+    assert not (tmp_path / "out.jsonl").exists()

@@ -414,7 +414,23 @@ def _raise_if_refused(tally, report, validate, started, digest):
             "validate=False.", with_elapsed(report, started))
     if not tally.n_out and validate:
         digest()
-        raise NoPreferencePairsError(
-            "no_preference_pairs: nothing had a chosen and a rejected side. All-pass or all-fail runs "
-            "produce no contrast; regrade or raise difficulty, or pass validate=False to get the empty "
-            "report without a file.")
+        raise NoPreferencePairsError(_no_pairs_message(tally))
+
+
+def _no_pairs_message(tally):
+    """Spec 7.3 step 9's text when there were no pairs; when there were and every one was dropped, why."""
+    reasons = []
+    if tally.ties:
+        reasons.append(f"{tally.ties} of {tally.n_entries} pairs are ties (a truthy tie, e.g. from judge_pairs) "
+                       "and were dropped; pass drop_ties=False to export them with their tie field")
+    if tally.dropped:
+        reasons.append(f"{tally.dropped} of {tally.n_entries} pairs have a side with no assistant turn after its "
+                       "first message (it opens with the agent's greeting and there is no system prompt, or the "
+                       "agent never replied), which leaves TRL no prompt or no completion (no_completion_dropped); "
+                       "pass system_prompt=, or format='openai'")
+    if not reasons:
+        return ("no_preference_pairs: nothing had a chosen and a rejected side. All-pass or all-fail runs "
+                "produce no contrast; regrade or raise difficulty, or pass validate=False to get the empty "
+                "report without a file.")
+    return (f"no_preference_pairs: every pair was dropped: {'; '.join(reasons)}. Or pass validate=False to get "
+            "the empty report without a file.")
