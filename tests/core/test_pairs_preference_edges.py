@@ -294,3 +294,17 @@ def test_no_pairs_left_after_trl_drops_says_why(tmp_path):
     assert message.startswith("no_preference_pairs:")
     assert "1 of 1" in message and "system_prompt=" in message
     assert not (tmp_path / "out.jsonl").exists()
+
+
+# ------------------------------------------------------------ report key order (docs/API_CONTRACT.md)
+
+
+def test_a_written_preference_report_ends_as_an_export_dataset_report_does(tmp_path):
+    """The keys present only when a file was written come last, in export_dataset's order:
+    path, n_written, sha256, then elapsed_seconds."""
+    src = tmp_path / "pairs.jsonl"
+    src.write_text(json.dumps({"prompt": "Refund A", "chosen": _side("Yes."), "rejected": _side("No.")}) + "\n",
+                   encoding="utf-8")
+    for report in (wai.export_preference(str(src), tmp_path / "out.jsonl"),
+                   wai.export_preferences(str(src), {"openai": tmp_path / "o.jsonl", "trl": tmp_path / "t.jsonl"})["trl"]):
+        assert list(report)[-6:] == ["source_path", "source_sha256", "path", "n_written", "sha256", "elapsed_seconds"]

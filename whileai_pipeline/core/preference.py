@@ -315,11 +315,11 @@ def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ti
             if not tally.n_out:
                 report["path"] = None
             elif spool.dest is not None:
+                report["path"] = str(spool.dest)  # export_dataset's order: path, n_written, sha256
+                report["n_written"] = tally.n_out
                 with published_one_of(published):
                     report["sha256"] = spool.publish(alongside=source_digest)
                 published.append(spool.dest)
-                report["path"] = str(spool.dest)
-                report["n_written"] = tally.n_out
         source_digest()
         return {fmt: with_elapsed(report, started) for fmt, report in reports.items()}
     finally:
