@@ -207,3 +207,13 @@ def test_the_judge_is_asked_about_several_pairs_at_once_and_the_results_keep_the
     for bad in (0, 2.5, True, "8"):
         with pytest.raises(ValueError, match="^concurrency must be a whole number of at least 1"):
             wai.judge_pairs([dict(p) for p in pairs], judge, concurrency=bad)
+
+
+def test_build_pairs_file_without_an_output_says_it_needs_one(tmp_path):
+    """build_pairs_file has no default output; None was os.path's bare 'expected str, bytes or
+    os.PathLike object, not NoneType'."""
+    src = tmp_path / "run.jsonl"
+    src.write_text('{"prompt": "p", "reward": 1, "final_text": "a"}\n', encoding="utf-8")
+    with pytest.raises(TypeError, match=r"^build_pairs_file needs an output path"):
+        build_pairs_file(str(src), None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.jsonl"]

@@ -508,6 +508,11 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
     """
     check_max_pairs(max_pairs_per_prompt)
     check_min_margin(min_margin)
+    for name, value in (("source", source), ("output", output)):
+        if not isinstance(value, (str, os.PathLike)) or not value:
+            raise TypeError(f"build_pairs_file needs an output path and a source path (str or os.PathLike), got "
+                            f"{name} {type(value).__name__} {value!r:.60}: e.g. build_pairs_file('scored.jsonl', "
+                            "'pairs.jsonl'); for rows in memory use build_preference_pairs")
     source, output = os.path.expanduser(source), os.path.expanduser(output)
     from .atomic import atomic_file
     from .jsonl import iter_jsonl_spans, require_file
