@@ -129,8 +129,8 @@ def _instance(storage):
         home = Path(dagster_home).expanduser()
         if not home.is_absolute():
             raise UsageError(f"DAGSTER_HOME must be an absolute path, got {dagster_home!r}")
-        home.mkdir(parents=True, exist_ok=True)  # Dagster wants it to exist; creating it is harmless
         try:
+            home.mkdir(parents=True, exist_ok=True)  # Dagster wants it to exist; creating it is harmless
             instance = dg.DagsterInstance.get()
             instance.get_runs(limit=1)  # a database opened lazily must answer too
         except Exception as exc:  # a variable its dagster.yaml names is unset, its database unreachable, ...
