@@ -499,6 +499,17 @@ def test_a_bad_workers_variable_is_bad_usage_before_anything_runs(home, tmp_path
     assert proc.stdout == "" and not (home / "inbox").exists()
 
 
+@pytest.mark.parametrize("value", ["ten", "-1", "nan"])
+def test_a_bad_progress_interval_is_bad_usage_before_anything_runs(home, tmp_path, value):
+    """The variable was read with a bare float() inside the first step: the run was registered, then failed
+    with "could not convert string to float", which names neither the variable nor what it wants."""
+    proc = cli(["demo"], home, tmp_path, extra_env={"WHILEAI_PIPELINE_PROGRESS_SECONDS": value})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("whileai-pipeline: error: $WHILEAI_PIPELINE_PROGRESS_SECONDS must be a number of "
+                                  "seconds"), proc.stderr
+    assert proc.stdout == "" and not (home / "inbox").exists()
+
+
 def test_the_cli_prints_the_warnings_a_published_export_carries(home, tmp_path, monkeypatch):
     """In process: rows saved through the SDK's export (no privileged block) and no sidecar publish with
     exit 0, and the output says what the reports warn about: no tool schemas and no system prompt for

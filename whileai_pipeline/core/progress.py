@@ -21,13 +21,28 @@ def attach_terminal_bars(factory) -> None:
     _bar_factory = factory
 
 
+def env_interval() -> float:
+    """``$WHILEAI_PIPELINE_PROGRESS_SECONDS``, or the default; a bad value says what it must be."""
+    value = os.environ.get(ENV_INTERVAL)
+    if not value:
+        return DEFAULT_INTERVAL
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:  # also NaN
+        raise ValueError(f"${ENV_INTERVAL} must be a number of seconds between progress lines (0 logs every "
+                         f"{EVERY_ROWS} rows), got {value!r}; unset it for every {DEFAULT_INTERVAL:g} s")
+    return seconds
+
+
 class Progress:
     """``progress(n)`` callable: logs ``what: n rows, r rows/s`` at most every ``interval`` seconds."""
 
     def __init__(self, what, log=None, interval=None):
         self.what = what
         self.log = log
-        self.interval = float(os.environ.get(ENV_INTERVAL) or DEFAULT_INTERVAL) if interval is None else interval
+        self.interval = env_interval() if interval is None else interval
         self.started = self.last = time.monotonic()
         self.done = 0
         self.bar = _bar_factory(what) if _bar_factory is not None else None
