@@ -269,7 +269,9 @@ def raw_simulation_data(
         "rows": stats.rows,
         "bytes": n_bytes,
         "sha256": run_sha,
-        "fingerprint": fingerprint(src, run_sha=run_sha),
+        # of what was staged (the run's snapshot and the sidecar staged beside it), not of the inbox now: a
+        # sidecar changed while the run was read is a version the sensor has still to request
+        "fingerprint": fingerprint(stage, run_sha=run_sha),
         "prompts": stats.prompts,
         "groups": stats.groups,
         "rows_with_privileged": stats.privileged_rows,
