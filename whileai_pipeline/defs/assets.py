@@ -64,13 +64,13 @@ def _stage_with_sidecar(incoming, stage, meta_src) -> None:
     _put_in_place(stage, incoming, staged)
 
 
-def _put_in_place(stage, rows, sidecar_staged, remove=()) -> None:
+def _put_in_place(stage, rows, sidecar_staged, remove=(), also=()) -> None:
     """Rename ``rows`` onto ``stage``, and the sidecar staged beside it (``_incoming`` of its name) onto
-    its own name when ``sidecar_staged`` (else remove the sidecar ``stage`` had), and remove ``remove``:
-    all or none (``journal``), so a stage never pairs new rows with an earlier run's system prompt and
-    tools."""
+    its own name when ``sidecar_staged`` (else remove the sidecar ``stage`` had), each ``(staged, dest)``
+    of ``also``, and remove ``remove``: all or none (``journal``), so a stage never pairs new rows with an
+    earlier run's system prompt and tools."""
     meta_dest = meta_path_for(stage)
-    moves, remove = [(rows, stage)], [path for path in remove if path.exists()]
+    moves, remove = [(rows, stage), *also], [path for path in remove if path.exists()]
     if sidecar_staged:
         moves.append((_incoming(meta_dest), meta_dest))
     elif meta_dest.exists():
@@ -257,9 +257,10 @@ def raw_simulation_data(
             rows, quarantined = _copy_with_quarantine(snapshot, src, stage, quarantine, stats)
             _refuse_empty(stats, src)
         # the rows, their sidecar (or none: a stale one would still be read) and the quarantine, together
-        _put_in_place(stage, rows, sidecar is not None, remove=[] if quarantined else [quarantine])
+        _put_in_place(stage, rows, sidecar is not None, remove=[] if quarantined else [quarantine],
+                      also=[(_incoming(quarantine), quarantine)] if quarantined else [])
     finally:
-        for leftover in (snapshot, meta_snapshot, _readable(stage)):
+        for leftover in (snapshot, meta_snapshot, _readable(stage), _incoming(quarantine)):
             if leftover.exists():
                 leftover.unlink()
     has_sidecar = sidecar is not None
@@ -307,14 +308,14 @@ def _refuse_empty(stats, src):
 
 
 def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> tuple:
-    """Copy readable lines verbatim to a file beside ``stage``; unreadable ones go to ``quarantine`` as
-    records naming the run file ``src`` and the line number. Returns (that file, to be put in place as
-    ``stage``, the number of lines quarantined). With no readable line the run is refused and the previous
-    stage stays (the quarantine says why)."""
+    """Copy readable lines verbatim to a file beside ``stage``; unreadable ones go to ``_incoming(quarantine)``
+    as records naming the run file ``src`` and the line number. Returns (that file, to be put in place as
+    ``stage`` together with the quarantine, the number of lines quarantined). With no readable line the run
+    is refused and the previous stage stays (the quarantine, put in place alone, says why)."""
     bad = 0
     first_bad = None
     incoming = _readable(stage)
-    with open(snapshot, "rb") as fin, atomic_file(incoming) as out, atomic_file(quarantine) as qout:
+    with open(snapshot, "rb") as fin, atomic_file(incoming) as out, atomic_file(_incoming(quarantine)) as qout:
         for lineno, line in enumerate(fin, 1):
             reason = None
             try:
@@ -338,6 +339,7 @@ def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> tuple:
                                        "text": line.strip().decode("utf-8", "replace")}))
     if bad and not stats.rows:
         incoming.unlink()
+        os.replace(_incoming(quarantine), quarantine)
         raise dg.Failure(
             description=f"empty_run: none of the {bad} non-blank line(s) of {src} is a readable trajectory "
             f"(first: {first_bad}; all in {quarantine}); nothing was staged and the previous stage is "
