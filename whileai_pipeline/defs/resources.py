@@ -34,7 +34,7 @@ import dagster as dg
 from pydantic import Field
 
 from whileai_pipeline.core.atomic import TMP_SUFFIX, atomic_file
-from whileai_pipeline.core.errors import ExportError, SourceChangedError
+from whileai_pipeline.core.errors import ExportError, SourceChangedError, WriteFailedError
 from whileai_pipeline.core.jsonl import require_file, sha256_file
 from whileai_pipeline.core.runs import check_unchanged, file_stamp, sidecar_file, sidecar_path
 
@@ -298,11 +298,25 @@ class PipelineStorage(dg.ConfigurableResource):
         if meta_dest.is_dir() and not meta_dest.is_symlink():  # can be neither replaced nor removed
             raise ExportError(f"bad_sidecar: {meta_dest}: a folder by the name of the run's sidecar in the inbox; "
                               "move it away, then register the run again")
-        if source.resolve() != dest.resolve():
-            copy_atomic(source, dest)
-        if meta_src is not None:
-            if meta_src.resolve() != meta_dest.resolve():
-                copy_atomic(meta_src, meta_dest)
-        elif os.path.lexists(meta_dest):  # a broken link too: the raw stage would refuse it (bad_sidecar)
+        # The sidecar is copied beside its place first and renamed in once the run is in: a copy of either that
+        # fails (still being written, a full disk) leaves the inbox pair as it was, not new rows with the
+        # previous run's system prompt and tools.
+        staged_meta = None
+        if meta_src is not None and meta_src.resolve() != meta_dest.resolve():
+            staged_meta = meta_dest.with_name(f".{meta_dest.name}.incoming")
+            copy_atomic(meta_src, staged_meta)
+        try:
+            if source.resolve() != dest.resolve():
+                copy_atomic(source, dest)
+            if staged_meta is not None:
+                try:
+                    os.replace(staged_meta, meta_dest)
+                except OSError as exc:
+                    raise WriteFailedError(meta_dest, exc) from exc
+        finally:
+            if staged_meta is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    staged_meta.unlink()
+        if meta_src is None and os.path.lexists(meta_dest):  # a broken link too: the raw stage would refuse it
             meta_dest.unlink()
         return key
