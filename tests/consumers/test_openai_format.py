@@ -785,3 +785,27 @@ def test_chosen_and_rejected_too_deep_to_compare_get_a_report_not_a_crash(tmp_pa
     path.write_text(_with_nested(row, 1010).replace('"@"', '{"a": ' * 1010 + "1" + "}" * 1010), encoding="utf-8")
     report = validate_file(path, "trl", workers=1)
     assert not report["ok"] and report["counts"].get("implicit_prompt_too_deep") == 1, report["problems"]
+
+
+@pytest.mark.parametrize("null", ["null", "missing"])
+def test_a_prompt_ending_on_an_assistant_turn_with_no_content_is_a_warning(null):
+    """TRL 1.16's maybe_apply_chat_template continues a prompt's final assistant turn
+    (continue_final_message=True), and transformers raises when that turn's content is None ('the final
+    message has no "content" to continue'), under every template; the trainers' own tokenizing adds a
+    generation prompt instead and take the row: a warning, as for a prompt ending on the system turn."""
+    call = {"type": "function", "function": {"name": "lookup_order", "arguments": {"id": 7}}}
+    last = {"role": "assistant", "tool_calls": [call]}
+    if null == "null":
+        last["content"] = None
+    row = {"prompt": [{"role": "user", "content": "Where is order 7?"}, last],
+           "completion": [{"role": "assistant", "content": "Let me check."}]}
+    report = validate_rows([row, copy.deepcopy(row)], "trl")
+    assert report["ok"], report["problems"]
+    assert report["counts"] == {"prompt_last_content": 2} and report["warnings"] == 2
+    [entry] = report["problems"]
+    assert (entry["line"], entry["severity"], entry["where"], entry["lines"]) == (
+        1, "warning", "prompt[1].content", 2)
+    assert "maybe_apply_chat_template" in entry["message"] and "continue" in entry["message"]
+    with_text = copy.deepcopy(row)
+    with_text["prompt"][1]["content"] = "Let me look that up."
+    assert validate_row(with_text, "trl")[1] == []

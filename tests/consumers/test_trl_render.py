@@ -82,3 +82,25 @@ def test_string_arguments_would_be_quoted_twice(exports, base_tokenizer):
     arguments = wire["tool_calls"][0]["function"]["arguments"]
     assert isinstance(arguments, str)
     assert json.dumps(arguments, ensure_ascii=False) in text  # "{\"id\":7}": quoted a second time
+
+
+@pytest.mark.parametrize("template", WANTED)
+def test_a_prompt_ending_on_an_assistant_turn_with_null_content_is_what_the_validator_warns_about(tmp_path, template):
+    """maybe_apply_chat_template continues a prompt's final assistant turn and raises when its content is
+    null, under every template; the trainers' tokenizing (add_generation_prompt=True) renders it. The
+    validator says so with a warning (prompt_last_content), not an error."""
+    from whileai_pipeline.core.openai_format import validate_file
+
+    call = {"type": "function", "function": {"name": "lookup_order", "arguments": {"id": 7}}}
+    row = {"prompt": [{"role": "user", "content": "Where is order 7?"},
+                      {"role": "assistant", "content": None, "tool_calls": [call]}],
+           "completion": [{"role": "assistant", "content": "It is on its way."}]}
+    base = hf.train_tokenizer(["Where is order 7? It is on its way. lookup_order"] * 4, vocab_size=300)
+    tokenizer = hf.wrap_tokenizer(base, template)
+    with pytest.raises(ValueError, match="has no \"content\" to continue"):
+        maybe_apply_chat_template(row, tokenizer)
+    assert tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+    path = tmp_path / "row.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    report = validate_file(path, "trl", workers=1)
+    assert report["ok"] and report["counts"] == {"prompt_last_content": 1}

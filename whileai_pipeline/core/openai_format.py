@@ -37,7 +37,8 @@ accepts: ``messages``; ``prompt``; ``prompt`` + ``completion``; ``prompt`` + ``c
 ``completion`` + ``label``), every one a list of messages; tool-call ``arguments`` must be objects (a chat
 template renders them with ``| tojson``, so a JSON string would be quoted a second time); ``tools`` may
 be a JSON string (the trainers parse it); a prompt must end on a user, tool or assistant turn (one that
-ends on the system turn is a warning: the trainers take it, ``maybe_apply_chat_template`` does not); a
+ends on the system turn, or on an assistant turn with no content, is a warning: the trainers take it,
+``maybe_apply_chat_template`` does not); a
 completion (or chosen / rejected side) must start with an assistant turn, and a user or system turn
 inside it is learned as the model's own words (an error in a completion, a warning in a DPO side,
 where multi-turn pairs have no other shape); ``chat_template_kwargs`` must be an object; a column TRL
@@ -58,7 +59,7 @@ pass ``strict_keys=True`` to make them errors. A ``loss_mask`` that masks assist
 weight is not 0. TRL drops the other columns, so the trl format reports no other extra key.
 
 A warning whose words are the same on every line that has it (``loss_mask_ignored``, ``crlf``, a
-``blank_line`` or ``prompt_last_role`` warning) is listed once in a file's report, at its first line,
+``blank_line``, ``prompt_last_role`` or ``prompt_last_content`` warning) is listed once in a file's report, at its first line,
 with ``lines``: how many lines have it (``counts`` still counts every one).
 
 A file checked as one format whose rows do things the other format's way (``trl`` rows' object arguments
@@ -117,7 +118,8 @@ CHECKED_FOR = {
 # Warnings whose words are the same on every line that has one (a whole file of them says nothing new
 # after the first): a file's report lists each (code, where) once, at its first line, with ``lines``
 # (how many lines have it); ``counts``, ``warnings`` and ``problems_truncated`` still count every one.
-REPEATED_WARNINGS = frozenset({"loss_mask_ignored", "crlf", "blank_line", "prompt_last_role"})
+REPEATED_WARNINGS = frozenset({"loss_mask_ignored", "crlf", "blank_line", "prompt_last_role",
+                               "prompt_last_content"})
 # A file checked as one format whose rows do things the other's way (object arguments in an openai
 # check, JSON-string arguments or a prompt text beside messages in a trl check: each an error the check
 # finds anyway) gets a ``looks_like`` note naming the other format, decided on the same one pass.
@@ -525,6 +527,12 @@ class _Row:
                     self.warn("prompt_last_role", f"prompt[{len(prompt) - 1}].role",
                               "the prompt ends on a system turn: SFTTrainer and DPOTrainer take it, but "
                               "trl.data_utils.maybe_apply_chat_template raises on it")
+                elif last == "assistant" and prompt[-1].get("content") is None:
+                    self.warn("prompt_last_content", f"prompt[{len(prompt) - 1}].content",
+                              "the prompt ends on an assistant turn with no content (null or missing): "
+                              "SFTTrainer and DPOTrainer take it, but trl.data_utils.maybe_apply_chat_template "
+                              "asks the template to continue that turn's content and raises (give it \"\" "
+                              "or its text)")
                 elif last not in ("user", "tool", "assistant"):
                     self.error("prompt_last_role", f"prompt[{len(prompt) - 1}].role",
                                "a prompt must end on a user, tool or assistant turn (TRL raises), "
