@@ -136,3 +136,40 @@ def test_lines_and_their_digit_runs_are_found_across_blocks(tmp_path, monkeypatc
     path.write_bytes(b"".join(lines))
     with open(path, "rb") as fh:
         assert list(exact_numbers.lines_with_runs(fh)) == list(zip(lines, [False, True, False, False, True]))
+
+
+def _calc_run(n, arguments_of, prompt="Compute it."):
+    return {"prompt": prompt, "reward": 1, "scenario_id": f"s{n}", "steps": [
+        {"tool": "calc", "arguments": arguments_of, "result": {"ok": True}, "text": "Computing."},
+        {"text": "Done."}]}
+
+
+@pytest.mark.parametrize("source", ["file", "file_in_workers", "rows", "run"])
+def test_the_trl_export_report_warns_of_integers_datasets_cannot_hold(tmp_path, monkeypatch, source):
+    """The validator's datasets_big_int, said by the export's own report: how many rows, the first one's
+    line and path. A 22-digit text (a string, not a number) and an int64 that fits are not counted."""
+    from whileai_pipeline.core import parallel
+
+    runs = [_calc_run(0, {"k": 7}),
+            _calc_run(1, {"k": 7}, prompt="Ticket 1234567890123456789012, compute it."),
+            _calc_run(2, {"m": BIG}),
+            _calc_run(3, {"k": 2 ** 63 - 1}),
+            _calc_run(4, {"u": 2 ** 63}),
+            _calc_run(5, {"k": 8})]
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in runs), encoding="utf-8")
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 512)  # one or two rows a chunk
+    src = {"file": str(path), "file_in_workers": str(path), "rows": runs, "run": None}[source]
+    if source == "run":
+        src = wai.load_run(str(path))
+    workers = 2 if source == "file_in_workers" else 1
+    report = wai.export_dataset(src, str(tmp_path / "out.jsonl"), format="trl", workers=workers)
+    big = [w for w in report.get("warnings", []) if "int64" in w]
+    assert len(big) == 1, report.get("warnings")
+    assert big[0].startswith("2 of 6 rows hold an integer no int64 holds"), big[0]
+    assert "first at line 3" in big[0] and "messages[].tool_calls[].function.arguments.m" in big[0]
+    assert "1180591620717411303424" in big[0] and "validate --format trl" in big[0]
+    assert "as strings in the run" in big[0]
+    openai = wai.export_dataset(src if source != "run" else wai.load_run(str(path)),
+                                str(tmp_path / "out.openai.jsonl"), format="openai", workers=workers)
+    assert not [w for w in openai.get("warnings", []) if "int64" in w]  # the digits stay in the arguments text

@@ -250,6 +250,14 @@ class ColumnKinds:
         self.recounted.update(found)
 
 
+def big_ints_of(row) -> list[tuple[str, int]]:
+    """``(where, first value)`` of each path of a row's conversational columns that holds an integer no
+    int64 holds (what ``ColumnKinds.add_big_ints`` notes), in path order: the export's report uses it."""
+    kinds = ColumnKinds()
+    kinds.add_big_ints(0, row)
+    return sorted((_where(path), value) for path, (_, value, _) in kinds.big_ints.items())
+
+
 def _kinds_along(value, path, out):
     values = [value]  # level by level, not recursion: a path may be 1,000 deep
     for part in path:

@@ -236,6 +236,19 @@ def iter_jsonl_lines(path, hasher=None):
 
     ``hasher`` sees every byte read, so one pass can both parse and hash the file.
     """
+    for lineno, line, value, _ in _iter_lines(path, hasher):
+        yield lineno, line, value
+
+
+def iter_jsonl_runs(path, hasher=None):
+    """Like ``iter_jsonl`` but yields ``(line_number, value, long_run)``: whether the line holds 19 digits
+    in a row, the only line that can hold an integer beyond 64 bits (found once per block, no extra cost)."""
+    for lineno, _, value, long_run in _iter_lines(path, hasher):
+        if value is not _BLANK:
+            yield lineno, value, long_run
+
+
+def _iter_lines(path, hasher):
     try:
         fh = open(os.path.expanduser(path), "rb")
     except OSError:  # missing, or a directory: say which
@@ -245,7 +258,7 @@ def iter_jsonl_lines(path, hasher=None):
         for lineno, (line, long_run) in enumerate(lines_with_runs(fh), 1):
             if hasher is not None:
                 hasher.update(line)
-            yield lineno, line, parse_line(path, lineno, line, long_run=long_run)
+            yield lineno, line, parse_line(path, lineno, line, long_run=long_run), long_run
 
 
 def iter_jsonl(path, hasher=None):

@@ -13,11 +13,14 @@ published when a gate or a schema check fails.
 """
 
 import contextlib
+import json
 import math
 import time
 
 from .conversation import conversation
+from .datasets_types import big_ints_of
 from .errors import ExportError, PrivilegedLeakError, RoundtripInvalidError
+from .exact_numbers import has_long_digit_run
 from .gates import (
     ENCODINGS,
     LeakGate,
@@ -29,7 +32,7 @@ from .gates import (
     scrub,
 )
 from .groups import GroupStats, row_summary, verdict
-from .jsonl import _BLANK, dumps, dumps_reusing, iter_jsonl, iter_jsonl_lines
+from .jsonl import _BLANK, dumps, dumps_reusing, iter_jsonl_lines, iter_jsonl_runs
 from .masks import check_mask_mode
 from .output import check_output, check_outputs, destination, published_one_of, refuse_source, with_elapsed
 from .progress import tick
@@ -58,16 +61,19 @@ class _SftPlan:
         self.summarize_groups = self.grouping  # off when a pre-scan already has every row's group
         self.encoding = ENCODINGS[format]
         self.tools_json = dumps(list(tools)) if tools else None  # every row's "tools", serialized once
+        # whether every TRL row may hold an integer beyond int64 in its tools (``_big_ints``)
+        self.tools_digits = self.trl and self.tools_json is not None and has_long_digit_run(self.tools_json)
 
 
-def _sft_outcomes(raw, plans):
+def _sft_outcomes(raw, plans, long_run=None):
     """What one source row contributes to an export in each format of ``plans``, converted once.
 
     One outcome per plan: (leak facts, cut by the token cap, [(schema problems, group summary,
     written or None) per training row]). A pure function of (row, plans), so it can run in any
     process; each format's ``_SftTally`` then adds its outcomes up in source order, which keeps the
     output identical however the work was spread. None for a source line that is not an object.
-    The plans share every conversion setting (``_plans``): only the format differs.
+    The plans share every conversion setting (``_plans``): only the format differs. ``long_run``:
+    whether the source line holds 19 digits in a row (None: a row given in memory), see ``_big_ints``.
     """
     if not isinstance(raw, dict):
         return None
@@ -81,20 +87,20 @@ def _sft_outcomes(raw, plans):
         problems = training_problems(entry)
         group = row_summary(entry) if base.summarize_groups else None
         for plan, written in zip(plans, entries):
-            written.append((problems, group, _written(entry, plan, objects)))
+            written.append((problems, group, _written(entry, plan, objects, long_run)))
     length_cut = raw.get("finish_reason") == "length"
     return [(leak, length_cut, written) for written in entries]
 
 
-def _located_outcomes(raw, plans, src, position):
+def _located_outcomes(raw, plans, src, position, long_run=None):
     """``_sft_outcomes``; a row it refuses is a BadRowError naming its place in ``src`` (``Source.bad_row``)."""
     try:
-        return _sft_outcomes(raw, plans)
+        return _sft_outcomes(raw, plans, long_run)
     except ExportError as exc:
         raise src.bad_row(position, exc) from None
 
 
-def _written(entry, plan, objects=None):
+def _written(entry, plan, objects=None, long_run=None):
     """One format's share of a training row: (facts, serialized row, tail), or None when TRL drops it.
 
     A TRL conversion decodes the entry's messages in place (unrolled samples share them, so those are
@@ -134,13 +140,30 @@ def _written(entry, plan, objects=None):
         verdict(row.get("reward")),
     )
     write = dumps_reusing if objects is None else objects.dumps
-    return facts, write(row, "tools", plan.tools_json), tail
+    body = write(row, "tools", plan.tools_json)
+    big = _big_ints(body, long_run) if plan.trl and (long_run is not False or plan.tools_digits) else None
+    return (*facts, big), body, tail
 
 
-def _sft_lines(raw, plans):
+def _big_ints(body, long_run):
+    """``(where, value)`` of the paths of a written TRL row's conversational columns that hold an
+    integer no int64 holds (``datasets.load_dataset`` loads it as a float or ``inf``, or refuses the
+    file: the validator's ``datasets_big_int``), or None.
+
+    Only a line with 19 digits in a row can hold one: the caller asks only for a row whose source line
+    has such a run (``long_run``, found by the reader at no extra cost) or whose tools do; a row given
+    in memory (``long_run`` None) is looked at in its written bytes first. The row is read back with
+    Python's json, which keeps every digit.
+    """
+    if long_run is None and not has_long_digit_run(body):
+        return None
+    return big_ints_of(json.loads(body)) or None
+
+
+def _sft_lines(raw, plans, long_run=None):
     """``_sft_outcomes`` split for a worker: (the outcomes without their bytes, each format's lines in
     its spool's format)."""
-    outcomes = _sft_outcomes(raw, plans)
+    outcomes = _sft_outcomes(raw, plans, long_run)
     if outcomes is None:
         return None, [() for _ in plans]
     slim, lines = [], []
@@ -177,6 +200,8 @@ class _SftTally:
         self.rows_read = self.rows_skipped = self.n_entries = self.n_out = self.n_length_cut = self.dropped = 0
         self.with_system = self.with_tools = self.rows_with_calls = 0
         self.truncated = self.chars_cut = self.trained = self.masked = 0
+        self.big_int_rows = 0  # TRL rows holding an integer beyond int64 (``_big_ints``), the first one's
+        self.first_big_int = None  # (output line, where, value)
 
     def use(self, prescan):
         """Take every row's group from a pre-scan: lines are then written final, as they come."""
@@ -211,7 +236,7 @@ class _SftTally:
                 continue
             facts, body, tail = written
             (checked, invalid, with_system, with_tools, has_calls, truncated, chars_cut, trained, masked,
-             reward_verdict) = facts
+             reward_verdict, big) = facts
             self.roundtrip.record(self.n_out, checked, invalid)
             self.with_system += with_system
             self.with_tools += with_tools
@@ -221,6 +246,10 @@ class _SftTally:
             self.trained += trained
             self.masked += masked
             self.rewards[reward_verdict] += 1
+            if big:
+                self.big_int_rows += 1
+                if self.first_big_int is None:
+                    self.first_big_int = (self.n_out + 1, *big[0])
             if body is not None:  # None: a worker process already serialized the line
                 self.spool.write(body, tail, self.prescan.suffix(g) if self.prescan is not None else None)
             elif tail:  # a worker's line has a tail (True): the splice must look for it
@@ -359,13 +388,13 @@ def _run_pass(src, plans, tallies, spools, prescan_wanted, pool):
         for tally in tallies:
             tally.use(prescan)
         hasher = None if prescan is not None else src.hashed.sha256
-        for line, raw in iter_jsonl(src.path, hasher):
-            consume(_located_outcomes(raw, plans, src, line), line)
+        for line, raw, long_run in iter_jsonl_runs(src.path, hasher):
+            consume(_located_outcomes(raw, plans, src, line, long_run), line)
         return
     # The parent leaves the source's hash for the end (``SourceDigest``): here it would take a core
     # from the workers, there one is free while the disk flushes the output.
     src.hashed.deferred = True
-    jobs = ((chunk, _sft_lines, plans, tuple(spool.part(k) for spool in spools))
+    jobs = ((chunk, _sft_lines, plans, tuple(spool.part(k) for spool in spools), True)
             for k, chunk in enumerate(byte_chunks(src.path)))
     before = 0  # lines of the chunks already consumed: the workers number each chunk's lines from 1
     for outcomes, parts, lines in pool.ordered(write_chunk, src.path, jobs, writes_beside=[s.dest for s in spools]):
@@ -561,6 +590,16 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
         warnings.append(
             f"{t.rows_with_calls} of {t.n_out} rows make tool calls but were exported without a system "
             "prompt. Pass system_prompt=, or keep the run's <name>.meta.json sidecar beside the file.")
+    if t.big_int_rows:
+        line, where, value = t.first_big_int
+        digits = int.__repr__(value)
+        shown = digits if len(digits) <= 30 else f"{digits[:12]}...({len(digits)} digits)"
+        warnings.append(
+            f"{t.big_int_rows} of {t.n_out} rows hold an integer no int64 holds (first at line {line} of the file, "
+            f"{where}: {shown}): datasets.load_dataset loads such a value as a float (inf beyond a double), or "
+            "refuses the file where the path also holds other kinds of value, and the chat template renders what "
+            "it loads; write such ids as strings in the run. validate --format trl names each path "
+            "(datasets_big_int).")
     if t.dropped:
         warnings.append(
             f"{t.dropped} rows have no assistant turn after the first message and were dropped: a TRL "
