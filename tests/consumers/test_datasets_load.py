@@ -128,3 +128,30 @@ def test_a_trl_export_with_big_integers_loads_as_the_validator_says(tmp_path, hf
     [arguments] = [a for _, a in hf.tool_calls_of(ds[0])]
     assert arguments["n"] == float("inf") and "loads it as inf" in warned["n"]
     assert type(arguments["m"]) is float and repr(arguments["m"]) in warned["m"]
+
+
+@pytest.mark.parametrize("containers", [62, 63])
+def test_a_value_too_deep_for_arrow_in_a_column_trl_does_not_read_is_refused_as_the_validator_says(
+        tmp_path, hf_cache, containers):
+    """Arrow's limit holds for every column: a lineage nested 63 containers deep (the column's value
+    counted) makes load_dataset refuse the file; the validator says so (datasets_too_deep)."""
+    import datasets
+
+    from whileai_pipeline.core.openai_format import validate_file
+
+    lineage = 1
+    for _ in range(containers):
+        lineage = {"a": lineage}
+    row = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}],
+           "lineage": lineage}
+    path = tmp_path / "f.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    report = validate_file(path, "trl", workers=1)
+    if containers == 62:
+        assert report["ok"], report["problems"]
+        assert hf.load_jsonl(path, hf_cache)[0]["lineage"] == lineage
+    else:
+        assert report["counts"] == {"datasets_too_deep": 1} and not report["ok"]
+        with pytest.raises(datasets.exceptions.DatasetGenerationError) as refused:
+            hf.load_jsonl(path, hf_cache)
+        assert "Recursion level in ArrowSchema struct exceeded" in repr(refused.value.__cause__)

@@ -809,3 +809,34 @@ def test_a_prompt_ending_on_an_assistant_turn_with_no_content_is_a_warning(null)
     with_text = copy.deepcopy(row)
     with_text["prompt"][1]["content"] = "Let me look that up."
     assert validate_row(with_text, "trl")[1] == []
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_value_nested_past_arrows_limit_outside_the_conversation_is_an_error_too(tmp_path, monkeypatch, workers):
+    """datasets.load_dataset refuses the whole file for a value nested 63 containers deep in any column
+    (a run's lineage), not only in the conversational ones; under a path kept as JSON text it loads."""
+    from whileai_pipeline.core import parallel
+
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 700)
+    for depth, ok in ((61, True), (62, False), (1000, False)):  # lineage (1) .x (2) and depth more
+        row = trl_messages_good()
+        row["lineage"] = {"x": "@"}
+        path = tmp_path / "f.jsonl"
+        path.write_text(_with_nested(row, depth) * 6, encoding="utf-8")
+        report = validate_file(path, "trl", workers=workers)
+        found = [(p["line"], p["severity"], p["where"][:10]) for p in report["problems"]
+                 if p["code"] == "datasets_too_deep"]
+        assert report["ok"] is ok, (depth, report["problems"])
+        assert found == ([] if ok else [(1, "error", "lineage.x.")]), report["problems"]
+        assert "in the lineage column" in "".join(p["message"] for p in report["problems"]) or ok
+        assert set(report["counts"]) <= {"datasets_too_deep"}, report["counts"]  # no type warning off the conversation
+    # objects whose keys differ from row to row: the loader keeps the column as JSON text
+    rows = []
+    for i in range(4):
+        row = trl_messages_good()
+        row["lineage"] = {f"k{i}": "@"}
+        rows.append(_with_nested(row, 200))
+    path = tmp_path / "g.jsonl"
+    path.write_text("".join(rows), encoding="utf-8")
+    report = validate_file(path, "trl", workers=workers)
+    assert report["ok"] and "datasets_too_deep" not in report["counts"], report["problems"]

@@ -16,7 +16,8 @@ bits (``ValueError: Value is too big!``). ``add_big_ints`` notes them.
 
 ``ColumnKinds`` collects, line by line, the kinds of value seen at each path of the conversational
 columns (list items share one path, as in Arrow); ``problems()`` says which paths the loader will
-change. Pure Python: this mirrors the loader's rules, it does not import it. (The loader decides which
+change. Arrow's depth limit (``datasets_too_deep``) holds for every column: the other columns are
+walked too, for that alone. Pure Python: this mirrors the loader's rules, it does not import it. (The loader decides which
 objects are JSON text from its first 10 MB only; here the whole file decides, so a file over 10 MB can
 still fail to load or lose keys where this check sees objects it keeps as text.)
 """
@@ -84,6 +85,9 @@ class ColumnKinds:
         if not isinstance(row, dict):
             return
         self.kwargs_lines.setdefault("chat_template_kwargs" in row, line)
+        for column, value in row.items():
+            if column not in COLUMNS:  # a column TRL does not read: only Arrow's depth limit is reported there
+                self._walk(line, (column,), value)
         for column in COLUMNS:
             if column in row:
                 value = row[column]
@@ -125,7 +129,7 @@ class ColumnKinds:
                 self._walk(line, (*path, key), sub)
         elif len(seen["kinds"]) > 1 and _kept_as_text(seen):
             seen["text"] = True
-        elif kind == "string" and seen["json_text"] is None and _is_json_text(value):
+        elif kind == "string" and seen["json_text"] is None and path[0] in COLUMNS and _is_json_text(value):
             seen["json_text"] = (line, value)
 
     def merge(self, other: ColumnKinds):
@@ -165,8 +169,8 @@ class ColumnKinds:
         out = []
         text_paths = {path for path, seen in self.paths.items() if seen["text"]}
         for path in sorted(self.paths, key=lambda p: tuple(map(str, p))):
-            if any(path[:n] in text_paths for n in range(1, len(path) + 1)):
-                continue  # stored as JSON text: comes back as written
+            if path[0] not in COLUMNS or any(path[:n] in text_paths for n in range(1, len(path) + 1)):
+                continue  # not rendered by the template, or stored as JSON text: comes back as written
             kinds = self.paths[path]["kinds"]
             where = _where(path)
             if "string" in kinds and len(set(kinds) - {"string"}) and self.paths[path]["json_text"]:
