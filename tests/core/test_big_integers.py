@@ -173,3 +173,52 @@ def test_the_trl_export_report_warns_of_integers_datasets_cannot_hold(tmp_path, 
     openai = wai.export_dataset(src if source != "run" else wai.load_run(str(path)),
                                 str(tmp_path / "out.openai.jsonl"), format="openai", workers=workers)
     assert not [w for w in openai.get("warnings", []) if "int64" in w]  # the digits stay in the arguments text
+
+
+def _line_with_digits(n_digits):
+    run = _calc_run(0, {"n": 1})
+    return json.dumps(run).replace('"n": 1', '"n": ' + "7" * n_digits) + "\n"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_integer_longer_than_python_reads_is_named_with_what_to_do(tmp_path, monkeypatch, workers):
+    """Python's int() reads 4,300 digits by default; the line was reported as orjson's 'number is
+    infinity when parsed as double', which says neither what is wrong nor what to do."""
+    from whileai_pipeline.core import parallel
+    from whileai_pipeline.core.errors import BadJsonlError
+    from whileai_pipeline.core.openai_format import run_validate
+
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 2048)
+    path = tmp_path / "run.jsonl"
+    path.write_text(_line_with_digits(5) * 3 + _line_with_digits(5000), encoding="utf-8")
+    with pytest.raises(BadJsonlError) as refused:
+        wai.export_dataset(str(path), str(tmp_path / "out.jsonl"), format="trl", workers=workers)
+    message = str(refused.value)
+    assert message.startswith(f"bad_jsonl: {path}:4: an integer of 5000 digits"), message
+    assert "4300" in message and "as a string" in message and "PYTHONINTMAXSTRDIGITS=0" in message
+    assert "infinity" not in message
+
+    trl = tmp_path / "f.trl.jsonl"
+    row = {"messages": [{"role": "user", "content": "Compute it."}, {"role": "assistant", "content": "",
+           "tool_calls": [{"type": "function", "function": {"name": "calc", "arguments": {"n": "@"}}}]}]}
+    trl.write_text(json.dumps(row).replace('"@"', "7" * 4301) + "\n", encoding="utf-8")
+    report = validate_file(trl, "trl", workers=workers)
+    [problem] = report["problems"]
+    assert problem["code"] == "bad_json" and "an integer of 4301 digits" in problem["message"], problem
+    assert "PYTHONINTMAXSTRDIGITS=0" in problem["message"] and "infinity" not in problem["message"]
+
+    import io
+    out, err = io.StringIO(), io.StringIO()
+    assert run_validate(str(trl), "trl", out=out, err=err) == 1
+    assert "an integer of 4301 digits" in out.getvalue() and "infinity" not in out.getvalue()
+
+
+def test_a_line_bad_for_another_reason_keeps_its_own_reason(tmp_path):
+    """A 5,000-digit text inside a string is no number: a line broken elsewhere keeps orjson's reason."""
+    from whileai_pipeline.core.errors import BadJsonlError
+
+    path = tmp_path / "run.jsonl"
+    path.write_text('{"prompt": "' + "7" * 5000 + '", "reward": 1,}\n', encoding="utf-8")
+    with pytest.raises(BadJsonlError) as refused:
+        wai.export_dataset(str(path), str(tmp_path / "out.jsonl"), format="trl", workers=1)
+    assert "digits" not in str(refused.value).split("(line is")[0], str(refused.value)

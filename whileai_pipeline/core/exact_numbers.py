@@ -9,6 +9,7 @@ splitter and the validator use the scan without the file reader.
 
 import json
 import math
+import sys
 import threading
 
 import orjson
@@ -84,6 +85,36 @@ def strict_line(data, *, exact=True, long_run=None):
         return json.loads(bytes(data)), True
     except RecursionError:  # nested deeper than Python's json reads: orjson's reading, floats and all
         return value, True
+
+
+class _TooManyDigits(ValueError):
+    pass
+
+
+def too_many_digits(data):
+    """Why Python's json refuses ``data`` (bytes) when an integer in it has more digits than Python
+    converts (``sys.get_int_max_str_digits()``, 4,300 by default), or None for any other refusal. For
+    an error message only: the line is read once more."""
+    limit = sys.get_int_max_str_digits()
+    if not limit:
+        return None
+
+    def parse_int(text):
+        n = len(text.lstrip("-"))
+        if n > limit:
+            raise _TooManyDigits(n)
+        return 0
+
+    try:
+        json.loads(bytes(data), parse_int=parse_int, parse_float=lambda _: 0.0, parse_constant=lambda _: 0.0)
+    except _TooManyDigits as exc:
+        return (f"an integer of {exc.args[0]} digits: Python converts at most {limit} "
+                "(sys.get_int_max_str_digits()), and integers beyond 64 bits are read by Python's json to keep "
+                "every digit; write such a number as a string in the run, or lift the limit for the whole "
+                "process with the environment variable PYTHONINTMAXSTRDIGITS=0")
+    except (ValueError, RecursionError):
+        return None
+    return None
 
 
 def _no_constant(token):

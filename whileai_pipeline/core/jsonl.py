@@ -19,7 +19,7 @@ import orjson
 
 from .atomic import atomic_file
 from .errors import BadJsonlError, ExportError
-from .exact_numbers import TOO_DEEP_TO_READ_EXACTLY, exact_numbers, lines_with_runs
+from .exact_numbers import TOO_DEEP_TO_READ_EXACTLY, exact_numbers, lines_with_runs, too_many_digits
 from .text import unicode_values, unicode_text
 
 _BOM = b"\xef\xbb\xbf"
@@ -283,7 +283,7 @@ def _reason(exc, line):
         line.decode("utf-8")
     except UnicodeDecodeError as uexc:
         return f"invalid UTF-8 at byte {uexc.start}"
-    msg = str(exc)
+    msg = too_many_digits(line) or str(exc)
     if len(line) > 200:
         msg += f" (line is {len(line)} bytes)"
     if b"\r" in line.rstrip(b"\r\n"):

@@ -78,7 +78,7 @@ from pathlib import Path
 import orjson
 
 from .datasets_types import ColumnKinds, json_type
-from .exact_numbers import lines_with_runs, split_with_runs, strict_line, strict_loads
+from .exact_numbers import lines_with_runs, split_with_runs, strict_line, strict_loads, too_many_digits
 from .exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 FORMATS = ("openai", "trl")
@@ -860,8 +860,9 @@ def _line_findings(line_no, raw, format, strict_keys, extra_keys, kinds=None, lo
     try:
         row, long_run = strict_line(body, long_run=long_run)  # as the reader reads it: an integer beyond 64 bits keeps every digit
     except orjson.JSONDecodeError as exc:
+        reason = (long_run is not False and too_many_digits(body)) or f"not strict JSON: {exc}"
         events.append(("counted", [*before, {"severity": "error", "code": "bad_json", "where": "",
-                                             "message": f"not strict JSON: {exc}"}], False))
+                                             "message": reason}], False))
         return events
     if kinds is not None:
         kinds.add(line_no, row)
