@@ -1,0 +1,38 @@
+"""The benchmark runner's bookkeeping (no timings here): what a case records and what the summary claims."""
+
+import json
+
+import pytest
+
+from bench import run
+from bench.generate import generate
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("run") / "run.jsonl"
+    generate(12, path, seed=3, row_kb=2)  # far below the library's pool threshold: one process
+    return path
+
+
+def test_pooled_check_is_not_claimed_when_the_pooled_case_ran_in_one_process(tiny, tmp_path, monkeypatch):
+    monkeypatch.delenv("WHILEAI_PIPELINE_WORKERS", raising=False)
+    results = []
+    for case in ("ours_sft_openai", "ours_sft_openai_serial"):
+        if case.endswith("_serial"):
+            monkeypatch.setenv("WHILEAI_PIPELINE_WORKERS", "1")
+        result_path = tmp_path / f"{case}.result.json"
+        run.child_main(case, str(tiny), str(tmp_path / f"{case}.out.jsonl"), str(result_path), {})
+        results.append({"case": case, **json.loads(result_path.read_text())})
+    assert [r["workers"] for r in results] == [1, 1]
+    assert results[0]["sha256"] == results[1]["sha256"]
+    # the same bytes, but from the same one-process path twice: nothing pooled was compared
+    assert run.pooled_equals_serial(results) is None
+
+
+def test_pooled_check_compares_a_pooled_output_with_the_one_process_output():
+    pooled = {"case": "ours_sft_openai", "sha256": "a" * 64, "workers": 2}
+    serial = {"case": "ours_sft_openai_serial", "sha256": "a" * 64, "workers": 1}
+    assert run.pooled_equals_serial([pooled, serial]) is True
+    assert run.pooled_equals_serial([pooled, {**serial, "sha256": "b" * 64}]) is False
+    assert run.pooled_equals_serial([pooled]) is None
