@@ -631,7 +631,8 @@ def main(argv=None):
     if args.report:
         doc = json.loads(Path(args.report).read_text())
         if doc.get("results"):
-            print(f"## {Path(doc['input']).name}\n")
+            print(f"## {Path(doc['input']).name}: {doc['results'][0].get('rows')} rows, "
+                  f"{doc['input_bytes'] / MB:,.0f} MB\n")
             print(table(doc["results"]))
             if "pooled_equals_serial" in doc:
                 print(f"\npooled output byte-identical to WHILEAI_PIPELINE_WORKERS=1 output: {doc['pooled_equals_serial']}")

@@ -36,3 +36,16 @@ def test_pooled_check_compares_a_pooled_output_with_the_one_process_output():
     assert run.pooled_equals_serial([pooled, serial]) is True
     assert run.pooled_equals_serial([pooled, {**serial, "sha256": "b" * 64}]) is False
     assert run.pooled_equals_serial([pooled]) is None
+
+
+def test_report_reprints_the_run_header(tmp_path, capsys):
+    result = {"case": "floor", "rows": 3000, "seconds": 0.5, "rows_per_s": 6000.0, "mb_per_s": 110.3,
+              "input_bytes": 57_857_245, "out_bytes": 57_857_245, "peak_rss_mb": 22.1, "rss_tree_sampled_mb": 22.4,
+              "wall_seconds": 0.7, "env": {}}
+    doc = {"input": "/somewhere/run-3000-20kb-s0.jsonl", "input_bytes": 57_857_245, "results": [result]}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(doc))
+    run.main(["--report", str(path)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "## run-3000-20kb-s0.jsonl: 3000 rows, 55 MB"  # what the run itself printed
+    assert lines[2:] == run.table([result]).splitlines()
