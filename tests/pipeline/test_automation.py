@@ -462,7 +462,7 @@ def test_a_bad_sensor_budget_is_refused_naming_the_variable(storage, instance, m
     storage.inbox.mkdir(parents=True)
     _drop(SAMPLE, storage.inbox / "a.jsonl")
     with pytest.raises(ValueError, match=rf"WHILEAI_PIPELINE_SENSOR_BUDGET_SECONDS must be a number of seconds "
-                                         rf"\(0 hashes one file a tick; .*\), got '{bad}'"):
+                                         rf"\(0 hashes one file, or 8 MB of a big one, a tick; .*\), got '{bad}'"):
         _evaluate(inbox_sensor, instance, storage)
 
 
@@ -550,6 +550,7 @@ def test_a_run_file_the_sensor_cannot_read_is_named_and_the_other_runs_go(storag
     import errno
 
     from whileai_pipeline.core import jsonl
+    from whileai_pipeline.defs import resumable_hash
 
     storage.inbox.mkdir(parents=True)
     _drop(SAMPLE, storage.inbox / "a.jsonl")
@@ -562,7 +563,8 @@ def test_a_run_file_the_sensor_cannot_read_is_named_and_the_other_runs_go(storag
             raise PermissionError(errno.EACCES, "Permission denied", locked)
         return builtins.open(path, *args, **kwargs)
 
-    monkeypatch.setattr(jsonl, "open", refusing_open, raising=False)
+    for module in (jsonl, resumable_hash):  # the run file is hashed in the second, its sidecar in the first
+        monkeypatch.setattr(module, "open", refusing_open, raising=False)
     said = []
     with dg.build_sensor_context(instance=instance, resources={"storage": storage}) as context:
         monkeypatch.setattr(context.log, "warning", said.append)
@@ -615,3 +617,43 @@ def test_the_waiting_and_deferred_lines_name_twenty_runs_and_count_the_rest(stor
     (settling,) = [line for line in said if "to settle" in line]
     assert "r20 and 5 more wait for the next tick" in deferred, deferred
     assert "s19 and 6 more to settle" in settling, settling
+
+
+def test_a_file_too_big_for_one_ticks_budget_is_hashed_over_several_ticks(storage, instance, monkeypatch):
+    """A run file that took longer than Dagster's sensor timeout to hash (tens of GB, or a few GB on slow
+    network storage) was hashed whole in every tick, which timed out and kept the old cursor: that run
+    was never requested. Each tick now hashes up to its budget and the next goes on from there (here:
+    16 KB blocks and no budget, so one block a tick); a file that changes half-way is started over."""
+    import hashlib
+
+    from whileai_pipeline.defs import resumable_hash
+
+    monkeypatch.setattr(resumable_hash, "BLOCK", 16 << 10)
+    monkeypatch.setenv("WHILEAI_PIPELINE_SENSOR_BUDGET_SECONDS", "0")
+    storage.inbox.mkdir(parents=True)
+    big = storage.inbox / "big.jsonl"
+    _drop(SAMPLE, big)  # no sidecar: the fingerprint is the file's SHA-256
+    blocks = -(-big.stat().st_size // (16 << 10))
+    assert blocks >= 5
+    cursor, ticks = None, []
+    for tick in range(3):
+        result, said = _evaluate_logged(instance, storage, cursor)
+        cursor = result.cursor
+        assert not result.run_requests
+        assert [line for line in said if line.startswith("still hashing big (")], said
+    with open(big, "ab") as fh:  # changed half-way: hashed again from its first byte
+        fh.write(b'{"prompt": "one more", "final_text": "ok", "reward": 1}\n')
+    _age(big)
+    new_blocks = -(-big.stat().st_size // (16 << 10))
+    while True:
+        result, said = _evaluate_logged(instance, storage, cursor)
+        cursor = result.cursor
+        ticks.append(result)
+        if result.run_requests or len(ticks) > 2 * new_blocks:
+            break
+    assert len(ticks) == new_blocks  # one block a tick, from the start of the changed file
+    (request,) = result.run_requests
+    assert request.run_key == f"big:{hashlib.sha256(big.read_bytes()).hexdigest()[:16]}"
+    _apply(instance, result)
+    quiet, said = _evaluate_logged(instance, storage, cursor)
+    assert not quiet.run_requests and not [line for line in said if line.startswith("still hashing")]

@@ -29,6 +29,7 @@ from .code_fingerprint import code_fingerprint_on_disk
 from .assets import ASSET_NAMES, ASSETS, STAGE_PAIRS, STAGE_SCORED, dpo_export, raw_simulation_data, sft_export
 from . import sensor_state
 from .partitions import PARTITIONS_NAME
+from .resumable_hash import ResumableHashes
 from .resources import (DEFAULT_HOME, ENV_HOME, ENV_SENSOR_BUDGET, ENV_SETTLE, RUN_SUFFIX, PipelineStorage, fingerprint,
                         meta_path_for, partition_key_for)
 from .stored_options import latest_materializations, stored_run_config, stored_run_configs
@@ -43,6 +44,7 @@ DEFAULT_SETTLE_SECONDS = 30.0
 # A third of Dagster's sensor timeout (60 s unless DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS says otherwise):
 # hashing new run files is the tick's only long work, and at about 1 GB/s, 20 s is some 20 GB a tick.
 DEFAULT_SENSOR_BUDGET_SECONDS = 20.0
+_HASHES = ResumableHashes()  # run files half hashed when a tick's budget ran out, for the next tick
 
 # Dagster's run retries (the daemon's auto re-execution; it runs when the instance sets
 # `run_retries: {enabled: true}`), read from each run's tags. Only a run that ended without a step
@@ -127,7 +129,8 @@ def settle_seconds() -> float:
 def sensor_budget_seconds() -> float:
     """How long one sensor tick may spend hashing run files before it leaves the rest to the next tick."""
     return _seconds_from_env(ENV_SENSOR_BUDGET, DEFAULT_SENSOR_BUDGET_SECONDS,
-                             "0 hashes one file a tick; keep it well under Dagster's sensor timeout, 60 s by default")
+                             "0 hashes one file, or 8 MB of a big one, a tick; keep it well under Dagster's sensor timeout, 60 s "
+                             "by default")
 
 
 def _seconds_from_env(name, default, hint) -> float:
@@ -228,10 +231,13 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
     # Dagster fails a tick that runs past its timeout and keeps the old cursor, so a tick that tried to
     # hash everything dropped at once (fifty 2 GB runs) would start over, and fail, at every tick: no
     # run would ever be requested. Past the budget, the files not yet hashed wait for the next tick
-    # (at least one file is hashed per tick, so every file gets its turn).
+    # (at least one file is worked on per tick, so every file gets its turn), and a file whose hash the
+    # budget cut short is gone on with at the next tick (``ResumableHashes``).
     budget, started, hashed = sensor_budget_seconds(), time.monotonic(), 0
     new_keys, requests, cursor, settling, deferred, writing, stale, unreadable = [], [], {}, [], [], [], [], []
+    unfinished = []
     runs = storage.inbox_runs()
+    _HASHES.forget_all_but(path for _, path in runs)
     ignored = _ignored_inbox_files(storage, runs)
     if ignored and ignored != seen.get(IGNORED):  # said once, not at every tick
         context.log.warning("inbox files the sensor cannot take: " + "; ".join(f"{n}: {why}" for n, why in ignored))
@@ -265,7 +271,8 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
             deferred.append(key)
             continue
         try:
-            fp = fingerprint(path)
+            run_sha = _HASHES.sha256(path, started + budget)
+            fp = None if run_sha is None else fingerprint(path, run_sha=run_sha)
         except FileNotFoundError:  # removed while we looked
             continue
         except OSError as exc:  # e.g. another user's file: the other runs still go; looked at again next tick
@@ -274,6 +281,12 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
             unreadable.append(f"{_shown(path.name)} ({exc.strerror or exc})")
             continue
         hashed += 1
+        if fp is None:  # the budget ran out inside this file: the next tick goes on from there
+            if prev:
+                cursor[key] = prev
+            done, size = _HASHES.progress(path)
+            unfinished.append(f"{key} ({done / 2**30:.1f} of {size / 2**30:.1f} GiB)")
+            continue
         if prev and prev.get("fp") == fp:
             cursor[key] = {**prev, "sig": sig}
             continue  # touched, not changed
@@ -306,6 +319,9 @@ def inbox_sensor(context: dg.SensorEvaluationContext, storage: PipelineStorage) 
     if settling:
         context.log.info(f"waiting for {_names(settling)} to settle: modified less than {settle:g} s ago "
                          f"(${ENV_SETTLE})")
+    if unfinished:
+        context.log.info(f"still hashing {_names(unfinished)}: the next tick goes on from there "
+                         f"(${ENV_SENSOR_BUDGET}, default {DEFAULT_SENSOR_BUDGET_SECONDS:g} s a tick)")
     if deferred:
         context.log.info(f"hashed {hashed} of the new or changed run files in {time.monotonic() - started:.1f} s; "
                          f"{_names(deferred)} wait for the next tick (${ENV_SENSOR_BUDGET}, default "
