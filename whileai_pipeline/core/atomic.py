@@ -40,6 +40,22 @@ def temp_beside(dest, kind="tmp"):
     return fd, tmp
 
 
+
+def create_part(path, buffering=1 << 20):
+    """Open a new worker part file for binary writing, never through what already has its name.
+
+    Part names are predictable (``PartFiles``: the pid and a number), and the folder beside an output may
+    be one other accounts write to: opened with ``"wb"``, a link planted under the name would have a
+    worker truncate and fill the file it points to. Whatever is there is removed (a link goes, not its
+    target; a part a killed writer of the same pid left) and the file is created exclusively, without
+    following links; a name taken again in between fails instead of being written through.
+    """
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                 | getattr(os, "O_CLOEXEC", 0), 0o666)
+    return os.fdopen(fd, "wb", buffering=buffering)
+
 def mode_for(dest) -> int:
     """The mode a file renamed to ``dest`` should have: that of the file it replaces, else what
     ``open`` would give (0666 less the umask)."""

@@ -24,7 +24,7 @@ import orjson
 from .arguments import check_rows, whole_number
 from .gates import scrub
 from .groups import KeyIndex
-from .parallel import PartFiles, append_part
+from .parallel import PartFiles, append_part, create_part
 from .progress import tick
 from .text import normalize, text
 
@@ -614,7 +614,7 @@ def _pair_lines(source, jobs):
 def write_pairs_part(source, jobs, part):
     """A worker task: a run of planned pairs written to a part file beside the output."""
     try:
-        with open(part, "wb", buffering=1 << 20) as fh:
+        with create_part(part) as fh:
             for line in _pair_lines(source, jobs):
                 fh.write(line)
     except BaseException:

@@ -34,7 +34,7 @@ from pathlib import Path, PurePosixPath
 import orjson
 
 from .arguments import whole_number
-from .atomic import temp_prefix
+from .atomic import create_part, temp_prefix
 from .errors import BadJsonlError, BadRowError, ExportError, WorkerLostError, WriteFailedError
 from .exact_numbers import long_digit_runs
 from .jsonl import _BLANK, parse_line
@@ -419,7 +419,7 @@ def write_chunk(path, chunk, fn, plan, parts, runs=False):
     """
     outcomes = []
     with contextlib.ExitStack() as stack:
-        writes = [stack.enter_context(open(part, "wb", buffering=1 << 20)).write for part in parts]
+        writes = [stack.enter_context(create_part(part)).write for part in parts]
         for lineno, _, value, *long_run in chunk_rows(path, chunk, runs):
             try:
                 outcome, lines_per_part = fn(value, plan, *long_run)

@@ -291,11 +291,11 @@ def _passing_line(row, _=None):
 def _score_chunk(path, chunk, scorer_name, part):
     """A worker task: a chunk's rows scored by a built-in scorer into ``part``; their ``score_facts``."""
     from .jsonl import dumps_line
-    from .parallel import chunk_rows
+    from .parallel import chunk_rows, create_part
 
     scorer = resolve_scorer(scorer_name)
     facts = []
-    with open(part, "wb", buffering=1 << 20) as out:
+    with create_part(part) as out:
         for _, _, row in chunk_rows(path, chunk):
             row = scorer.score_row(row) if isinstance(row, dict) else row
             facts.append(score_facts(row))
