@@ -165,8 +165,9 @@ class PairwiseJudging:
         pair["tie"] = winner == "tie"
         if winner is None:
             self.failed += 1
+            # scrubbed like ``reasons``: this goes to the pipeline's log and its judge_failed: error
             self.first_failure = self.first_failure or "; ".join(dict.fromkeys(
-                text(r) if r else f"no winner in {a!r}"[:ERROR_CUT] for r, a in asked)) or "no verdict"
+                text(scrub(r)) if r else f"no winner in {scrub(a)!r}"[:ERROR_CUT] for r, a in asked)) or "no verdict"
             return
         self.judged += 1
         self.ties += winner == "tie"
