@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 
@@ -58,11 +59,15 @@ def create_part(path, buffering=1 << 20):
 
 def mode_for(dest) -> int:
     """The mode a file renamed to ``dest`` should have: that of the file it replaces, else what
-    ``open`` would give (0666 less the umask)."""
+    ``open`` would give (0666 less the umask). A symbolic link at ``dest`` is what the rename replaces,
+    not the file it points to: its target's mode is not taken."""
     try:
-        return os.stat(dest).st_mode & 0o7777
+        st = os.lstat(dest)
     except OSError:
-        return 0o666 & ~_UMASK
+        st = None
+    if st is not None and stat.S_ISREG(st.st_mode):
+        return st.st_mode & 0o7777
+    return 0o666 & ~_UMASK
 
 
 def _process_umask() -> int:
