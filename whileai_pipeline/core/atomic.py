@@ -41,7 +41,6 @@ def temp_beside(dest, kind="tmp"):
     return fd, tmp
 
 
-
 def create_part(path, buffering=1 << 20):
     """Open a new worker part file for binary writing, never through what already has its name.
 
@@ -56,6 +55,7 @@ def create_part(path, buffering=1 << 20):
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
                  | getattr(os, "O_CLOEXEC", 0), 0o666)
     return os.fdopen(fd, "wb", buffering=buffering)
+
 
 def mode_for(dest) -> int:
     """The mode a file renamed to ``dest`` should have: that of the file it replaces, else what
