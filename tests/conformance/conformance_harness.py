@@ -311,11 +311,13 @@ def _kept_messages(msgs: list) -> list:
 
 def d9_id_plan(input_messages: list) -> list:
     """DECISIONS 9: ids for every kept input message. Generated ids count only the calls that needed
-    one; a tool message's own ``tool_call_id`` consumes that id from the pending calls; an id-less
-    tool message takes the oldest pending id."""
+    one and skip the ids the row's own calls bring; a tool message's own ``tool_call_id`` consumes that id
+    from the pending calls; an id-less tool message takes the oldest pending id."""
     counter = 0
     pending: list[str] = []
     plan: list = []
+    brought = {str(c["id"]) for m in _kept_messages(input_messages) if str(m.get("role") or "") == "assistant"
+           for c in (m.get("tool_calls") or []) if isinstance(c, dict) and c.get("id")}
     for m in _kept_messages(input_messages):
         role = str(m.get("role") or "")
         if role == "assistant" and m.get("tool_calls"):
@@ -324,9 +326,12 @@ def d9_id_plan(input_messages: list) -> list:
                 call = call if isinstance(call, dict) else {}
                 if call.get("id"):
                     cid = str(call["id"])
-                else:
+                else:  # skipping ids the row's own calls use
                     cid = "call_%04d" % counter
                     counter += 1
+                    while cid in brought:
+                        cid = "call_%04d" % counter
+                        counter += 1
                 pending.append(cid)
                 ids.append(cid)
             plan.append(("calls", ids))

@@ -262,11 +262,25 @@ def _iterable(value, name, want):
     return value
 
 
+def _own_call_ids(messages):
+    """Every id the calls of ``messages`` bring, as ``to_wire`` writes it: generated ids avoid them."""
+    ids = set()
+    for message in messages:
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            calls = message.get("tool_calls")
+            if calls and not isinstance(calls, (int, float)):
+                for call in calls:
+                    if isinstance(call, dict) and call.get("id"):
+                        ids.add(text(call["id"]))
+    return ids
+
+
 def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None, stats=None, objects=None):
     """Convert loose or wire messages to chat-completions wire messages.
 
     Tool-call ids (DECISIONS 9): a call without an id gets ``call_NNNN`` from a per-conversation
-    counter that counts only generated ids; every id joins a FIFO of pending calls; a tool message
+    counter that counts only generated ids, skipping any id a call of the conversation brings (two
+    calls with one id are invalid for OpenAI); every id joins a FIFO of pending calls; a tool message
     that names its id takes that id out of the queue, one without takes the oldest pending id.
     ``objects``: an ``ObjectTexts`` to collect argument texts a TRL row may carry as they are.
     """
@@ -275,6 +289,7 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
         out.append({"role": "system", "content": system})
     pending = deque()
     counter = 0
+    own_ids = None  # the ids the conversation's calls bring, read when an id is first generated
     for message in _iterable(messages, "messages", "a list of message objects"):
         if type(message) is not dict and not isinstance(message, dict):
             continue
@@ -301,8 +316,13 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
                     if call_id:
                         call_id = text(call_id)
                     else:
+                        if own_ids is None:
+                            own_ids = _own_call_ids(messages)
                         call_id = "call_%04d" % counter
                         counter += 1
+                        while call_id in own_ids:  # an id the row's own calls use: never two calls with one id
+                            call_id = "call_%04d" % counter
+                            counter += 1
                     pending.append(call_id)
                     arguments = wire_arguments(fn.get("arguments"), objects)
                     wire_calls.append({
