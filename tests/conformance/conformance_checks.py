@@ -39,6 +39,7 @@ LEAK_SUBSET = ("checked", "n_checked", "n_leaked", "leaked", "summary")
 D6_NO_TOOLS = re.compile(r"^(\d+) of (\d+) rows make tool calls but were exported without tool schemas")
 D6_NO_SYSTEM = re.compile(r"^(\d+) of (\d+) rows make tool calls but were exported without a system prompt")
 D16_DROPPED = re.compile(r"^(\d+) rows have no assistant turn after the first message and were dropped")
+D16_GOES_ON = re.compile(r"^(\d+) of (\d+) rows go on after their last assistant turn")
 NO_ROWS = re.compile(r"^the iterator given as the source gave no rows")  # ours: spec E47 writes it silently
 D12_CHOSEN = re.compile(r"^(\d+) of (\d+) chosen replies quote their own privileged context")
 TRL_USER_TURNS = re.compile(r"^(\d+) of (\d+) pairs have a user or system turn inside chosen or rejected")
@@ -228,7 +229,8 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     )
     our_warnings = list(ours_rep.pop("warnings", []))
     rest, extra = _split_extra_warnings(our_warnings, {"d6_tools": D6_NO_TOOLS, "d6_system": D6_NO_SYSTEM,
-                                                       "d16_dropped": D16_DROPPED, "no_rows": NO_ROWS})
+                                                       "d16_dropped": D16_DROPPED, "d16_goes_on": D16_GOES_ON,
+                                                       "no_rows": NO_ROWS})
     # DECISIONS 6: warn when a row with tool calls is exported with no tools or no system prompt
     with_calls = _rows_with_calls(pred)
     exp_extra = set()
@@ -238,6 +240,10 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
         exp_extra.add("d6_system")
     if dropped:
         exp_extra.add("d16_dropped")  # DECISIONS 16 ("dropped and counted"); 0.131 also warns
+    # ours: a DECISIONS 16 completion that goes on after its assistant turn trains those messages too
+    going_on = sum(1 for x in pred if len(x.get("completion") or ()) > 1) if fmt == "trl" else 0
+    if going_on:
+        exp_extra.add("d16_goes_on")
     if not rows and iter(src) is src:
         exp_extra.add("no_rows")  # ours: an iterator that gave nothing (one read twice, say) is said to be empty
     assert set(extra) == exp_extra, f"DECISIONS 6/16 warnings: expected {sorted(exp_extra)}, got {our_warnings}\n{ctx}"
@@ -246,6 +252,8 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
             assert extra[name].groups() == (str(with_calls), str(n_out)), f"{name} counts: {extra[name].group(0)}"
     if "d16_dropped" in extra:
         assert extra["d16_dropped"].group(1) == str(len(dropped))
+    if "d16_goes_on" in extra:
+        assert extra["d16_goes_on"].groups() == (str(going_on), str(n_out)), extra["d16_goes_on"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     if fmt == "trl":  # DECISIONS 16
         trl_loss = ours_rep.pop("trl_loss")

@@ -68,3 +68,36 @@ def test_completion_rows_split_at_the_last_assistant_turn():
 def test_a_training_row_without_messages_gets_an_empty_list():
     """Spec 4.1: every TRL training row has its ``messages``; the prompt moves to ``prompt_text``."""
     assert wai.to_trl([{"prompt": "p", "reward": 1}]) == [{"reward": 1, "messages": [], "prompt_text": "p"}]
+
+
+ENDS_ON_ASSISTANT = {"prompt": "Where is ORD-1?", "final_text": "On its way.",
+                     "steps": [{"tool": "lookup", "arguments": {"id": "ORD-1"}, "result": {"status": "shipped"}},
+                               {"text": "On its way."}]}
+ENDS_ON_TOOL = {"prompt": "Where is ORD-2?",  # the run stopped after the call: no reply to its result
+                "steps": [{"text": "Let me look.", "tool": "lookup", "arguments": {"id": "ORD-2"},
+                           "result": {"status": "lost"}}]}
+ENDS_ON_USER = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"},
+                             {"role": "user", "content": "thanks, bye"}]}
+
+
+def test_completions_that_go_on_after_the_last_assistant_turn_are_counted_in_a_warning(tmp_path):
+    """DECISIONS 16: a completion is the last assistant turn and what follows, and TRL trains every message
+    of a completion: a run that ends on a tool result or a user turn teaches the model those words as its
+    own. The report said nothing of it (the report's ``trained`` count only); now a warning counts them.
+    Unrolled samples each end on their assistant turn: nothing to warn of there."""
+    options = {"mask_mode": "final"}
+    rows = [ENDS_ON_ASSISTANT, ENDS_ON_TOOL, ENDS_ON_USER]
+    report = wai.export_dataset(rows, tmp_path / "out.jsonl", format="trl", **options)
+    written = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    going_on = [r for r in written if len(r["completion"]) > 1]
+    assert [[m["role"] for m in r["completion"]] for r in going_on] == [["assistant", "tool"], ["assistant", "user"]]
+    (warning,) = [w for w in report["warnings"] if "after their last assistant turn" in w]
+    assert warning.startswith(f"2 of {len(written)} rows go on after their last assistant turn"), warning
+    quiet = wai.export_dataset([ENDS_ON_ASSISTANT], tmp_path / "quiet.jsonl", format="trl", **options)
+    assert not [w for w in quiet.get("warnings", []) if "after their last assistant turn" in w]
+    openai = wai.export_dataset(rows, tmp_path / "o.jsonl", format="openai", **options)
+    assert not [w for w in openai.get("warnings", []) if "after their last assistant turn" in w]
+    unrolled = wai.export_dataset(rows, tmp_path / "u.jsonl", format="trl", unroll=True)
+    samples = [json.loads(line) for line in (tmp_path / "u.jsonl").read_text().splitlines()]
+    assert samples and all(len(r["completion"]) == 1 for r in samples)
+    assert not [w for w in unrolled.get("warnings", []) if "after their last assistant turn" in w]

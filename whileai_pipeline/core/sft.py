@@ -138,6 +138,7 @@ def _written(entry, plan, objects=None, long_run=None):
         row.get("tool_output_chars_cut", 0),
         trained, masked,
         verdict(row.get("reward")),
+        "completion" in row and len(row["completion"]) > 1,  # goes on after its last assistant turn
     )
     write = dumps_reusing if objects is None else objects.dumps
     body = write(row, "tools", plan.tools_json)
@@ -200,6 +201,7 @@ class _SftTally:
         self.rows_read = self.rows_skipped = self.n_entries = self.n_out = self.n_length_cut = self.dropped = 0
         self.with_system = self.with_tools = self.rows_with_calls = 0
         self.truncated = self.chars_cut = self.trained = self.masked = 0
+        self.going_on = 0  # TRL completions that go on after their last assistant turn
         self.big_int_rows = 0  # TRL rows holding an integer beyond int64 (``_big_ints``), the first one's
         self.first_big_int = None  # (output line, where, value)
 
@@ -236,7 +238,7 @@ class _SftTally:
                 continue
             facts, body, tail = written
             (checked, invalid, with_system, with_tools, has_calls, truncated, chars_cut, trained, masked,
-             reward_verdict, big) = facts
+             reward_verdict, goes_on, big) = facts
             self.roundtrip.record(self.n_out, checked, invalid)
             self.with_system += with_system
             self.with_tools += with_tools
@@ -246,6 +248,7 @@ class _SftTally:
             self.trained += trained
             self.masked += masked
             self.rewards[reward_verdict] += 1
+            self.going_on += goes_on
             if big:
                 self.big_int_rows += 1
                 if self.first_big_int is None:
@@ -604,6 +607,13 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
         warnings.append(
             f"{t.dropped} rows have no assistant turn after the first message and were dropped: a TRL "
             "prompt/completion row needs a completion to train on.")
+    if t.going_on:
+        warnings.append(
+            f"{t.going_on} of {t.n_out} rows go on after their last assistant turn (the run ends on a tool "
+            "result or a user turn): a completion is that turn and what follows (DECISIONS 16), and TRL trains "
+            "every message of a completion, so these rows teach the model those words as its own. End the runs "
+            "on an assistant reply, or export with mask_mode='assistant' (messages rows, assistant turns "
+            "trained).")
     if not t.rows_read and src.hashed is None and not _rereadable(src.rows):  # an empty list or file: as spec E47
         warnings.append(
             "the iterator given as the source gave no rows, so the file has none; an iterator or generator is "
