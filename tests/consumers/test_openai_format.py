@@ -840,3 +840,19 @@ def test_a_value_nested_past_arrows_limit_outside_the_conversation_is_an_error_t
     path.write_text("".join(rows), encoding="utf-8")
     report = validate_file(path, "trl", workers=workers)
     assert report["ok"] and "datasets_too_deep" not in report["counts"], report["problems"]
+
+
+def test_a_completion_ending_on_a_tool_turn_is_a_warning():
+    """A run that stopped after a call, exported with mask_mode="final": the completion is the call and the
+    tool's result (DECISIONS 16), and TRL trains every token of it, the result included. validate called
+    the file OK with no warning."""
+    call = {"id": "c1", "type": "function", "function": {"name": "lookup_order", "arguments": {"id": 7}}}
+    row = {"prompt": [{"role": "user", "content": "Where is order 7?"}],
+           "completion": [{"role": "assistant", "content": "Let me look.", "tool_calls": [call]},
+                          {"role": "tool", "tool_call_id": "c1", "content": "{\"status\": \"lost\"}"}]}
+    report = validate_rows([row, copy.deepcopy(row), trl_completion_good()], "trl")
+    assert report["ok"], report["problems"]
+    assert report["counts"] == {"completion_ends_on_tool": 2}
+    [entry] = report["problems"]
+    assert (entry["line"], entry["severity"], entry["where"], entry["lines"]) == (1, "warning", "completion[1].role", 2)
+    assert "tool's result" in entry["message"]

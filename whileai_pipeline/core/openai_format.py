@@ -38,10 +38,10 @@ accepts: ``messages``; ``prompt``; ``prompt`` + ``completion``; ``prompt`` + ``c
 template renders them with ``| tojson``, so a JSON string would be quoted a second time); ``tools`` may
 be a JSON string (the trainers parse it); a prompt must end on a user, tool or assistant turn (one that
 ends on the system turn, or on an assistant turn with no content, is a warning: the trainers take it,
-``maybe_apply_chat_template`` does not); a
-completion (or chosen / rejected side) must start with an assistant turn, and a user or system turn
-inside it is learned as the model's own words (an error in a completion, a warning in a DPO side,
-where multi-turn pairs have no other shape); ``chat_template_kwargs`` must be an object; a column TRL
+``maybe_apply_chat_template`` does not); a completion (or chosen / rejected side) must start with an
+assistant turn, and a user or system turn inside it is learned as the model's own words (an error in a
+completion, a warning in a DPO side, where multi-turn pairs have no other shape), as is a tool result
+that ends a completion (a warning); ``chat_template_kwargs`` must be an object; a column TRL
 reads in place of the conversation (``input_ids``, ``labels``, masks, reference log-probs) is an
 error. Blank lines and a byte-order mark are warnings here (``datasets`` reads them), errors for openai.
 A value whose type changes from row to row at one path (``arguments.id`` an integer in one row, a float
@@ -59,8 +59,9 @@ pass ``strict_keys=True`` to make them errors. A ``loss_mask`` that masks assist
 weight is not 0. TRL drops the other columns, so the trl format reports no other extra key.
 
 A warning whose words are the same on every line that has it (``loss_mask_ignored``, ``crlf``, a
-``blank_line``, ``prompt_last_role`` or ``prompt_last_content`` warning) is listed once in a file's report, at its first line,
-with ``lines``: how many lines have it (``counts`` still counts every one).
+``blank_line``, ``prompt_last_role``, ``prompt_last_content`` or ``completion_ends_on_tool`` warning) is
+listed once in a file's report, at its first line, with ``lines``: how many lines have it (``counts``
+still counts every one).
 
 A file checked as one format whose rows do things the other format's way (``trl`` rows' object arguments
 or prompt / completion lists in an ``openai`` check; ``openai`` rows' JSON-string arguments or prompt text
@@ -119,7 +120,7 @@ CHECKED_FOR = {
 # after the first): a file's report lists each (code, where) once, at its first line, with ``lines``
 # (how many lines have it); ``counts``, ``warnings`` and ``problems_truncated`` still count every one.
 REPEATED_WARNINGS = frozenset({"loss_mask_ignored", "crlf", "blank_line", "prompt_last_role",
-                               "prompt_last_content"})
+                               "prompt_last_content", "completion_ends_on_tool"})
 # A file checked as one format whose rows do things the other's way (object arguments in an openai
 # check, JSON-string arguments or a prompt text beside messages in a trl check: each an error the check
 # finds anyway) gets a ``looks_like`` note naming the other format, decided on the same one pass.
@@ -559,10 +560,17 @@ class _Row:
         In a ``completion`` that is an error. In a DPO side it is a warning: a pair of multi-turn
         conversations has no other TRL shape (the sides part at the first assistant turn, and each
         later user turn answers a different reply), and this project's TRL preference export writes it
-        so (spec 4.1); the message says what it costs.
+        so (spec 4.1); the message says what it costs. A completion that ends on a tool turn (a run that
+        stopped after a call) has the tool's result trained as the model's words: a warning.
         """
         if not isinstance(value, list):
             return
+        last = value[-1] if len(value) > start else None
+        if side == "completion" and isinstance(last, dict) and last.get("role") == "tool":
+            self.warn("completion_ends_on_tool", f"{side}[{len(value) - 1}].role",
+                      "the completion ends on a tool turn: TRL trains the whole completion as model output, "
+                      "the tool's result included; end it on the assistant turn (a run that stopped after a "
+                      "call has no reply to train on)")
         for i, m in enumerate(value[start:], start):
             if isinstance(m, dict) and m.get("role") in ("user", "system"):
                 if side == "completion":
