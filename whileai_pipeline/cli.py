@@ -7,9 +7,9 @@
 
 Exit codes: 0 success; 1 the run failed (a gate blocked an export, a step failed on the data, or
 the disk under the storage root is full); 2 bad usage (missing file, unreadable or invalid config
-file, a run file still being written, a bad ``$WHILEAI_PIPELINE_CRON``, ``$WHILEAI_PIPELINE_WORKERS`` or
-``$WHILEAI_PIPELINE_PROGRESS_SECONDS``, a ``$DAGSTER_HOME`` whose instance cannot be opened); 130 interrupted
-(Ctrl-C).
+file, a run file still being written, a bad ``$WHILEAI_PIPELINE_CRON``, ``$WHILEAI_PIPELINE_WORKERS``,
+``$WHILEAI_PIPELINE_PROGRESS_SECONDS`` or ``$WHILEAI_PIPELINE_LOCK_TIMEOUT``, a ``$DAGSTER_HOME`` whose
+instance cannot be opened); 130 interrupted (Ctrl-C).
 
 Dagster instance: ``$DAGSTER_HOME`` when it is set (the same instance ``dagster dev`` uses), else a
 persistent embedded SQLite instance in ``<root>/dagster_home``, created on first use. That keeps
@@ -382,10 +382,11 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     try:
         from whileai_pipeline.core.parallel import env_workers
         from whileai_pipeline.core.progress import env_interval
+        from whileai_pipeline.defs.resources import lock_timeout
         from whileai_pipeline.definitions import defs
 
-        env_workers()  # read by the steps: a bad value would fail the run after it was registered
-        env_interval()
+        for setting in (env_workers, env_interval, lock_timeout):  # read by the steps: a bad value would
+            setting()  # fail the run after it was registered
     except ValueError as exc:  # a bad setting the definitions or the steps read, e.g. $WHILEAI_PIPELINE_CRON
         raise UsageError(str(exc)) from None
 

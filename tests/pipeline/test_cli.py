@@ -499,14 +499,16 @@ def test_a_bad_workers_variable_is_bad_usage_before_anything_runs(home, tmp_path
     assert proc.stdout == "" and not (home / "inbox").exists()
 
 
-@pytest.mark.parametrize("value", ["ten", "-1", "nan"])
-def test_a_bad_progress_interval_is_bad_usage_before_anything_runs(home, tmp_path, value):
-    """The variable was read with a bare float() inside the first step: the run was registered, then failed
-    with "could not convert string to float", which names neither the variable nor what it wants."""
-    proc = cli(["demo"], home, tmp_path, extra_env={"WHILEAI_PIPELINE_PROGRESS_SECONDS": value})
+@pytest.mark.parametrize("variable,value", [("WHILEAI_PIPELINE_PROGRESS_SECONDS", "ten"),
+                                            ("WHILEAI_PIPELINE_PROGRESS_SECONDS", "-1"),
+                                            ("WHILEAI_PIPELINE_PROGRESS_SECONDS", "nan"),
+                                            ("WHILEAI_PIPELINE_LOCK_TIMEOUT", "10m")])
+def test_a_bad_seconds_variable_is_bad_usage_before_anything_runs(home, tmp_path, variable, value):
+    """Each was read with a bare float() inside the first step: the run was registered, then failed with
+    "could not convert string to float", which names neither the variable nor what it wants."""
+    proc = cli(["demo"], home, tmp_path, extra_env={variable: value})
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.startswith("whileai-pipeline: error: $WHILEAI_PIPELINE_PROGRESS_SECONDS must be a number of "
-                                  "seconds"), proc.stderr
+    assert proc.stderr.startswith(f"whileai-pipeline: error: ${variable} must be a number of seconds"), proc.stderr
     assert proc.stdout == "" and not (home / "inbox").exists()
 
 

@@ -5,8 +5,9 @@ The exporters take ``progress=``, any callable of the number of rows done so far
 ``interval`` seconds (for a log) and, when a terminal bar is attached, a live bar.
 """
 
-import os
 import time
+
+from .settings import seconds_from_env
 
 EVERY_ROWS = 500
 ENV_INTERVAL = "WHILEAI_PIPELINE_PROGRESS_SECONDS"
@@ -23,17 +24,9 @@ def attach_terminal_bars(factory) -> None:
 
 def env_interval() -> float:
     """``$WHILEAI_PIPELINE_PROGRESS_SECONDS``, or the default; a bad value says what it must be."""
-    value = os.environ.get(ENV_INTERVAL)
-    if not value:
-        return DEFAULT_INTERVAL
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds >= 0:  # also NaN
-        raise ValueError(f"${ENV_INTERVAL} must be a number of seconds between progress lines (0 logs every "
-                         f"{EVERY_ROWS} rows), got {value!r}; unset it for every {DEFAULT_INTERVAL:g} s")
-    return seconds
+    return seconds_from_env(ENV_INTERVAL, DEFAULT_INTERVAL,
+                            f"between progress lines; 0 logs every {EVERY_ROWS} rows; unset: every "
+                            f"{DEFAULT_INTERVAL:g} s")
 
 
 class Progress:

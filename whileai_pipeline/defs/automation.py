@@ -24,6 +24,7 @@ from dagster._utils.schedules import is_valid_cron_string  # the rule ScheduleDe
 
 from whileai_pipeline.core.runs import (PROGRESS_SUFFIX, SIMULATE_DONE, SIMULATE_PATIENCE_SECONDS, changed_lately,
                                         progress_path, progress_stage)
+from whileai_pipeline.core.settings import seconds_from_env
 
 from .code_fingerprint import code_fingerprint_on_disk
 from .assets import ASSET_NAMES, ASSETS, STAGE_PAIRS, STAGE_SCORED, dpo_export, raw_simulation_data, sft_export
@@ -123,27 +124,14 @@ def _names(keys) -> str:
 
 def settle_seconds() -> float:
     """How long a run file (and its sidecar) must go unmodified before the sensor takes it."""
-    return _seconds_from_env(ENV_SETTLE, DEFAULT_SETTLE_SECONDS, "0 takes a file as soon as it is seen")
+    return seconds_from_env(ENV_SETTLE, DEFAULT_SETTLE_SECONDS, "0 takes a file as soon as it is seen")
 
 
 def sensor_budget_seconds() -> float:
     """How long one sensor tick may spend hashing run files before it leaves the rest to the next tick."""
-    return _seconds_from_env(ENV_SENSOR_BUDGET, DEFAULT_SENSOR_BUDGET_SECONDS,
+    return seconds_from_env(ENV_SENSOR_BUDGET, DEFAULT_SENSOR_BUDGET_SECONDS,
                              "0 hashes one file, or 8 MB of a big one, a tick; keep it well under Dagster's sensor timeout, 60 s "
                              "by default")
-
-
-def _seconds_from_env(name, default, hint) -> float:
-    value = os.environ.get(name)
-    if not value:
-        return default
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds >= 0:  # also NaN
-        raise ValueError(f"${name} must be a number of seconds ({hint}), got {value!r}")
-    return seconds
 
 
 def _settling(sig, now_ns, settle) -> bool:

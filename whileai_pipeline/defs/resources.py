@@ -37,6 +37,7 @@ from whileai_pipeline.core.atomic import TMP_SUFFIX, atomic_file
 from whileai_pipeline.core.errors import ExportError, SourceChangedError, WriteFailedError
 from whileai_pipeline.core.jsonl import require_file, sha256_file
 from whileai_pipeline.core.runs import check_unchanged, file_stamp, sidecar_file, sidecar_path
+from whileai_pipeline.core.settings import seconds_from_env
 
 ENV_HOME = "WHILEAI_PIPELINE_HOME"
 ENV_LOCK_TIMEOUT = "WHILEAI_PIPELINE_LOCK_TIMEOUT"
@@ -49,6 +50,13 @@ RUN_SUFFIX = ".jsonl"
 META_SUFFIX = ".meta.json"
 LEFTOVER_SUFFIXES = (TMP_SUFFIX, ".incoming", ".readable")  # what a step writes before it renames
 _BAD_KEY_CHARS = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+def lock_timeout() -> float:
+    """``$WHILEAI_PIPELINE_LOCK_TIMEOUT``: how long a step waits for its run's lock."""
+    return seconds_from_env(ENV_LOCK_TIMEOUT, DEFAULT_LOCK_TIMEOUT,
+                            "how long a step waits for its run's lock held by another process; unset: "
+                            f"{DEFAULT_LOCK_TIMEOUT:g}")
 
 
 class PartitionLockedError(RuntimeError):
@@ -191,7 +199,7 @@ class PipelineStorage(dg.ConfigurableResource):
         the holder dies, so a crash never leaves a run locked.
         """
         if timeout is None:
-            timeout = float(os.environ.get(ENV_LOCK_TIMEOUT) or DEFAULT_LOCK_TIMEOUT)
+            timeout = lock_timeout()
         path = self.base / "locks" / f"{checked_key(key)}.lock"
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
