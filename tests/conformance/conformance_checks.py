@@ -40,6 +40,7 @@ D6_NO_TOOLS = re.compile(r"^(\d+) of (\d+) rows make tool calls but were exporte
 D6_NO_SYSTEM = re.compile(r"^(\d+) of (\d+) rows make tool calls but were exported without a system prompt")
 D16_DROPPED = re.compile(r"^(\d+) rows have no assistant turn after the first message and were dropped")
 D16_GOES_ON = re.compile(r"^(\d+) of (\d+) rows go on after their last assistant turn")
+OPENAI_MASK = re.compile(r"^(\d+) of (\d+) rows leave assistant turns out of loss_mask")  # ours
 NO_ROWS = re.compile(r"^the iterator given as the source gave no rows")  # ours: spec E47 writes it silently
 D12_CHOSEN = re.compile(r"^(\d+) of (\d+) chosen replies quote their own privileged context")
 TRL_USER_TURNS = re.compile(r"^(\d+) of (\d+) pairs have a user or system turn inside chosen or rejected")
@@ -230,7 +231,7 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     our_warnings = list(ours_rep.pop("warnings", []))
     rest, extra = _split_extra_warnings(our_warnings, {"d6_tools": D6_NO_TOOLS, "d6_system": D6_NO_SYSTEM,
                                                        "d16_dropped": D16_DROPPED, "d16_goes_on": D16_GOES_ON,
-                                                       "no_rows": NO_ROWS})
+                                                       "openai_mask": OPENAI_MASK, "no_rows": NO_ROWS})
     # DECISIONS 6: warn when a row with tool calls is exported with no tools or no system prompt
     with_calls = _rows_with_calls(pred)
     exp_extra = set()
@@ -244,6 +245,12 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     going_on = sum(1 for x in pred if len(x.get("completion") or ()) > 1) if fmt == "trl" else 0
     if going_on:
         exp_extra.add("d16_goes_on")
+    # ours: OpenAI trains an assistant turn loss_mask leaves out (it reads only ``weight``)
+    masked_replies = sum(1 for x in pred if any(
+        isinstance(m, dict) and m.get("role") == "assistant" and not bit
+        for m, bit in zip(x.get("messages") or (), x.get("loss_mask") or ()))) if fmt == "openai" else 0
+    if masked_replies:
+        exp_extra.add("openai_mask")
     if not rows and iter(src) is src:
         exp_extra.add("no_rows")  # ours: an iterator that gave nothing (one read twice, say) is said to be empty
     assert set(extra) == exp_extra, f"DECISIONS 6/16 warnings: expected {sorted(exp_extra)}, got {our_warnings}\n{ctx}"
@@ -252,6 +259,8 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
             assert extra[name].groups() == (str(with_calls), str(n_out)), f"{name} counts: {extra[name].group(0)}"
     if "d16_dropped" in extra:
         assert extra["d16_dropped"].group(1) == str(len(dropped))
+    if "openai_mask" in extra:
+        assert extra["openai_mask"].groups() == (str(masked_replies), str(n_out)), extra["openai_mask"].group(0)
     if "d16_goes_on" in extra:
         assert extra["d16_goes_on"].groups() == (str(going_on), str(n_out)), extra["d16_goes_on"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"

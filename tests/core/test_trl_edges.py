@@ -101,3 +101,31 @@ def test_completions_that_go_on_after_the_last_assistant_turn_are_counted_in_a_w
     samples = [json.loads(line) for line in (tmp_path / "u.jsonl").read_text().splitlines()]
     assert samples and all(len(r["completion"]) == 1 for r in samples)
     assert not [w for w in unrolled.get("warnings", []) if "after their last assistant turn" in w]
+
+
+TWO_REPLIES = {"prompt": "Where is ORD-3?", "final_text": "Shipped.",
+               "steps": [{"text": "Let me look.", "tool": "lookup", "arguments": {"id": "ORD-3"},
+                          "result": {"status": "shipped"}}, {"text": "Shipped."}]}
+ONE_REPLY = {"prompt": "hi", "final_text": "Hello!", "steps": [{"text": "Hello!"}]}
+
+
+@pytest.mark.parametrize("options,expected", [({"mask_mode": "final"}, 1), ({"unroll": True}, 1),
+                                              ({"mask_mode": "assistant"}, 0)])
+def test_an_openai_export_that_masks_replies_warns_that_openai_trains_them(tmp_path, options, expected):
+    """OpenAI's fine-tuning reads a message's ``weight``, never ``loss_mask``: an openai file whose
+    loss_mask leaves an assistant turn out (mask_mode="final", or an unrolled sample's earlier turns)
+    trains that turn when uploaded as it is. validate warned (loss_mask_ignored); the export's report
+    said nothing."""
+    report = wai.export_dataset([TWO_REPLIES, ONE_REPLY], tmp_path / "out.jsonl", **options)
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    masked_replies = [r for r in rows if any(m["role"] == "assistant" and not bit
+                                             for m, bit in zip(r["messages"], r["loss_mask"]))]
+    assert len(masked_replies) == expected  # from the rows as written, not from the report
+    found = [w for w in report.get("warnings", []) if "OpenAI fine-tuning reads only" in w]
+    if expected:
+        (warning,) = found
+        assert warning.startswith(f"{expected} of {len(rows)} rows leave assistant turns out of loss_mask"), warning
+    else:
+        assert found == []
+    trl = wai.export_dataset([TWO_REPLIES, ONE_REPLY], tmp_path / "t.jsonl", format="trl", **options)
+    assert not [w for w in trl.get("warnings", []) if "OpenAI fine-tuning reads only" in w]

@@ -57,6 +57,8 @@ class _SftPlan:
         self.mask_mode, self.unroll, self.cap, self.format = mask_mode, unroll, cap, format
         self.trl = format == "trl"
         self.completion_rows = self.trl and (unroll or mask_mode == "final")
+        # an openai row's loss_mask may leave assistant turns out, which OpenAI (reading ``weight``) trains
+        self.masks_replies = not self.trl and (unroll or mask_mode == "final")
         self.grouping = not unroll
         self.summarize_groups = self.grouping  # off when a pre-scan already has every row's group
         self.encoding = ENCODINGS[format]
@@ -124,6 +126,8 @@ def _written(entry, plan, objects=None, long_run=None):
     else:
         trained = sum(entry["loss_mask"])
         masked = len(entry["loss_mask"]) - trained
+    masks_a_reply = plan.masks_replies and any(
+        not bit and m.get("role") == "assistant" for m, bit in zip(messages, entry["loss_mask"]))
     first = messages[0] if messages else None
     tail = b""
     if plan.grouping and "prompt_text" in row:
@@ -139,6 +143,7 @@ def _written(entry, plan, objects=None, long_run=None):
         trained, masked,
         verdict(row.get("reward")),
         "completion" in row and len(row["completion"]) > 1,  # goes on after its last assistant turn
+        masks_a_reply,
     )
     write = dumps_reusing if objects is None else objects.dumps
     body = write(row, "tools", plan.tools_json)
@@ -202,6 +207,7 @@ class _SftTally:
         self.with_system = self.with_tools = self.rows_with_calls = 0
         self.truncated = self.chars_cut = self.trained = self.masked = 0
         self.going_on = 0  # TRL completions that go on after their last assistant turn
+        self.replies_masked = 0  # openai rows whose loss_mask leaves an assistant turn out
         self.big_int_rows = 0  # TRL rows holding an integer beyond int64 (``_big_ints``), the first one's
         self.first_big_int = None  # (output line, where, value)
 
@@ -238,7 +244,7 @@ class _SftTally:
                 continue
             facts, body, tail = written
             (checked, invalid, with_system, with_tools, has_calls, truncated, chars_cut, trained, masked,
-             reward_verdict, goes_on, big) = facts
+             reward_verdict, goes_on, masks_a_reply, big) = facts
             self.roundtrip.record(self.n_out, checked, invalid)
             self.with_system += with_system
             self.with_tools += with_tools
@@ -249,6 +255,7 @@ class _SftTally:
             self.masked += masked
             self.rewards[reward_verdict] += 1
             self.going_on += goes_on
+            self.replies_masked += masks_a_reply
             if big:
                 self.big_int_rows += 1
                 if self.first_big_int is None:
@@ -614,6 +621,12 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             "every message of a completion, so these rows teach the model those words as its own. End the runs "
             "on an assistant reply, or export with mask_mode='assistant' (messages rows, assistant turns "
             "trained).")
+    if t.replies_masked:
+        warnings.append(
+            f"{t.replies_masked} of {t.n_out} rows leave assistant turns out of loss_mask, but OpenAI fine-tuning "
+            "reads only a message's weight: uploaded to OpenAI as they are, these rows train every assistant "
+            "turn. For OpenAI, give the turns left out weight 0; for TRL, export format='trl' (prompt/completion "
+            "rows, only the completion trained).")
     if not t.rows_read and src.hashed is None and not _rereadable(src.rows):  # an empty list or file: as spec E47
         warnings.append(
             "the iterator given as the source gave no rows, so the file has none; an iterator or generator is "
