@@ -93,6 +93,29 @@ def test_a_new_scorer_replaces_the_old_graders_verdict_not_only_its_reward(tmp_p
     assert {k: kept[k] for k in graded} == graded
 
 
+def test_a_scorer_giving_nan_or_inf_marks_the_row_missing_reward_as_its_stage_line_says(tmp_path, monkeypatch):
+    """A NaN or infinite reward is written as null (DECISIONS 1) and counted ungraded, so the row's
+    judge_status must not say "ok" (a graded row) beside ``"reward": null``."""
+    import io
+
+    from whileai_pipeline.core.jsonl import read_jsonl
+    from whileai_pipeline.core.scoring import score_file
+
+    (tmp_path / "odd_scorers.py").write_text(
+        "def nan(row):\n    return float('nan')\n"
+        "def inf(row):\n    return {'reward': float('inf'), 'reason': 'overflowed'}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    src = tmp_path / "s.jsonl"
+    src.write_text('{"prompt": "p", "reward": 1.0, "judge_status": "ok", "judge_name": "old"}\n')
+    for spec in ("odd_scorers:nan", "odd_scorers:inf"):
+        out, stats = tmp_path / f"{spec.split(':')[1]}.jsonl", ScoreStats()
+        with open(out, "wb") as fh:
+            score_file(str(src), fh, resolve_scorer(spec), stats)
+        (row,) = read_jsonl(out)
+        assert row["reward"] is None and stats.counts["ungraded"] == 1
+        assert (row["judge_status"], row["judge_name"]) == ("missing_reward", spec)
+
+
 def test_callable_scorer(tmp_path, monkeypatch):
     (tmp_path / "my_scorers.py").write_text(
         "def half(row):\n    return 0.5\n"

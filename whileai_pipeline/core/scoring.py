@@ -145,7 +145,9 @@ class Scorer:
             out["reward"] = reward
             if reason:
                 out["reason"] = reason
-            out["judge_status"] = "ok" if reward is not None else "missing_reward"
+            # a NaN or infinite reward is written as null (DECISIONS 1), as ``score_facts`` counts it
+            graded = reward is not None and not (isinstance(reward, float) and not math.isfinite(reward))
+            out["judge_status"] = "ok" if graded else "missing_reward"
             out["judge_name"] = self.name
         if self.name != "existing" or not out.get("label_source"):
             out["label_source"] = self.name
