@@ -213,6 +213,22 @@ def test_an_integer_longer_than_python_reads_is_named_with_what_to_do(tmp_path, 
     assert "an integer of 4301 digits" in out.getvalue() and "infinity" not in out.getvalue()
 
 
+def test_a_line_broken_elsewhere_is_not_blamed_on_its_long_integer(tmp_path):
+    """``too_many_digits`` names the digit limit only when it is what refuses the line: a line with a
+    5,000-digit integer and a syntax error after it was told to lift the limit, which would only have
+    brought out the syntax error."""
+    from whileai_pipeline.core.errors import BadJsonlError
+    from whileai_pipeline.core.jsonl import read_jsonl
+
+    assert exact_numbers.too_many_digits(b'{"a": ' + b"7" * 5000 + b"}") is not None
+    assert exact_numbers.too_many_digits(b'{"a": ' + b"7" * 5000 + b', "b": }') is None
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(b'{"a": ' + b"7" * 5000 + b', "b": }\n')
+    with pytest.raises(BadJsonlError) as refused:
+        list(read_jsonl(path))
+    assert "digits" not in str(refused.value) and "PYTHONINTMAXSTRDIGITS" not in str(refused.value)
+
+
 def test_a_line_bad_for_another_reason_keeps_its_own_reason(tmp_path):
     """A 5,000-digit text inside a string is no number: a line broken elsewhere keeps orjson's reason."""
     from whileai_pipeline.core.errors import BadJsonlError

@@ -87,10 +87,6 @@ def strict_line(data, *, exact=True, long_run=None):
         return value, True
 
 
-class _TooManyDigits(ValueError):
-    pass
-
-
 def too_many_digits(data):
     """Why Python's json refuses ``data`` (bytes) when an integer in it has more digits than Python
     converts (``sys.get_int_max_str_digits()``, 4,300 by default), or None for any other refusal. For
@@ -99,22 +95,24 @@ def too_many_digits(data):
     if not limit:
         return None
 
-    def parse_int(text):
+    first_over = []
+
+    def parse_int(text):  # the whole line is read: the limit is named only when nothing else refuses it
         n = len(text.lstrip("-"))
-        if n > limit:
-            raise _TooManyDigits(n)
+        if n > limit and not first_over:
+            first_over.append(n)
         return 0
 
     try:
         json.loads(bytes(data), parse_int=parse_int, parse_float=lambda _: 0.0, parse_constant=lambda _: 0.0)
-    except _TooManyDigits as exc:
-        return (f"an integer of {exc.args[0]} digits: Python converts at most {limit} "
-                "(sys.get_int_max_str_digits()), and integers beyond 64 bits are read by Python's json to keep "
-                "every digit; write such a number as a string in the run, or lift the limit for the whole "
-                "process with the environment variable PYTHONINTMAXSTRDIGITS=0")
     except (ValueError, RecursionError):
         return None
-    return None
+    if not first_over:
+        return None
+    return (f"an integer of {first_over[0]} digits: Python converts at most {limit} "
+            "(sys.get_int_max_str_digits()), and integers beyond 64 bits are read by Python's json to keep "
+            "every digit; write such a number as a string in the run, or lift the limit for the whole "
+            "process with the environment variable PYTHONINTMAXSTRDIGITS=0")
 
 
 def _no_constant(token):
