@@ -101,13 +101,13 @@ def test_a_scorer_giving_nan_or_inf_marks_the_row_missing_reward_as_its_stage_li
     from whileai_pipeline.core.jsonl import read_jsonl
     from whileai_pipeline.core.scoring import score_file
 
-    (tmp_path / "odd_scorers.py").write_text(
+    (tmp_path / "non_finite_scorers.py").write_text(
         "def nan(row):\n    return float('nan')\n"
         "def inf(row):\n    return {'reward': float('inf'), 'reason': 'overflowed'}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     src = tmp_path / "s.jsonl"
     src.write_text('{"prompt": "p", "reward": 1.0, "judge_status": "ok", "judge_name": "old"}\n')
-    for spec in ("odd_scorers:nan", "odd_scorers:inf"):
+    for spec in ("non_finite_scorers:nan", "non_finite_scorers:inf"):
         out, stats = tmp_path / f"{spec.split(':')[1]}.jsonl", ScoreStats()
         with open(out, "wb") as fh:
             score_file(str(src), fh, resolve_scorer(spec), stats)
