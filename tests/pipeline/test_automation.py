@@ -657,3 +657,25 @@ def test_a_file_too_big_for_one_ticks_budget_is_hashed_over_several_ticks(storag
     _apply(instance, result)
     quiet, said = _evaluate_logged(instance, storage, cursor)
     assert not quiet.run_requests and not [line for line in said if line.startswith("still hashing")]
+
+
+def test_a_half_hashed_file_replaced_by_another_of_the_same_size_and_mtime_is_hashed_anew(tmp_path, monkeypatch):
+    """The half-done hash was kept while size and mtime stayed: another file moved over it with the same
+    size and mtime (a copy that keeps times, then a rename) went on from the first file's bytes, and the
+    digest named neither file."""
+    import hashlib
+
+    from whileai_pipeline.defs import resumable_hash
+
+    monkeypatch.setattr(resumable_hash, "BLOCK", 4)
+    hashes = resumable_hash.ResumableHashes()
+    path, other = tmp_path / "run.jsonl", tmp_path / "other.jsonl"
+    path.write_bytes(b"A" * 12)
+    other.write_bytes(b"B" * 12)
+    st = path.stat()
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert hashes.sha256(path, deadline=0) is None and hashes.progress(path) == (4, 12)
+    os.replace(other, path)  # same name, size and mtime; another inode
+    while (digest := hashes.sha256(path, deadline=0)) is None:
+        pass
+    assert digest == hashlib.sha256(b"B" * 12).hexdigest()
