@@ -396,7 +396,9 @@ def test_a_scorer_module_beside_the_user_that_cannot_be_found_says_to_put_it_on_
     to the user was "No module named 'my_scorers'" with no word on what to do."""
     (tmp_path / "my_scorers.py").write_text("def score(row):\n    return 1\n")
     (tmp_path / "opts.yaml").write_text("scorer: my_scorers:score\n")
-    proc = cli(["run", str(SAMPLE), "--config", "opts.yaml"], home, tmp_path)
+    # no inherited PYTHONPATH: a relative entry in it (PYTHONPATH=., as the README suggests for scorers) is the
+    # test's working directory here, which would find my_scorers.py and the run would exit 0
+    proc = cli(["run", str(SAMPLE), "--config", "opts.yaml"], home, tmp_path, {"PYTHONPATH": ""})
     assert proc.returncode == 2, proc.stderr
     assert ("scorer 'my_scorers:score': cannot import 'my_scorers': No module named 'my_scorers'; put the folder "
             "that holds it on PYTHONPATH (PYTHONPATH=. for the working directory)") in proc.stderr, proc.stderr
