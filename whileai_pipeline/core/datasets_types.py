@@ -17,9 +17,9 @@ bits (``ValueError: Value is too big!``). ``add_big_ints`` notes them.
 ``ColumnKinds`` collects, line by line, the kinds of value seen at each path of the conversational
 columns (list items share one path, as in Arrow); ``problems()`` says which paths the loader will
 change. Arrow's depth limit (``datasets_too_deep``) holds for every column: the other columns are
-walked too, for that alone. Pure Python: this mirrors the loader's rules, it does not import it. (The loader decides which
-objects are JSON text from its first 10 MB only; here the whole file decides, so a file over 10 MB can
-still fail to load or lose keys where this check sees objects it keeps as text.)
+walked too, for that alone. Pure Python: this mirrors the loader's rules, it does not import it. (The
+loader decides which objects are JSON text from its first 10 MB only; here the whole file decides, so a
+file over 10 MB can still fail to load or lose keys where this check sees objects it keeps as text.)
 """
 
 from __future__ import annotations

@@ -130,8 +130,8 @@ def settle_seconds() -> float:
 def sensor_budget_seconds() -> float:
     """How long one sensor tick may spend hashing run files before it leaves the rest to the next tick."""
     return seconds_from_env(ENV_SENSOR_BUDGET, DEFAULT_SENSOR_BUDGET_SECONDS,
-                             "0 hashes one file, or 8 MB of a big one, a tick; keep it well under Dagster's sensor timeout, 60 s "
-                             "by default")
+                            "0 hashes one file, or 8 MB of a big one, a tick; keep it well under Dagster's "
+                            "sensor timeout, 60 s by default")
 
 
 def _settling(sig, now_ns, settle) -> bool:

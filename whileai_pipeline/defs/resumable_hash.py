@@ -4,8 +4,8 @@ Dagster fails a sensor tick that runs past its timeout (60 s) and keeps the old 
 that takes longer than that to hash (tens of GB, or a few GB on slow network storage) failed every tick
 and was never requested. ``ResumableHashes`` keeps a file's half-done hash in the code server's memory
 between ticks and goes on from where it stopped, for as long as the file stays the same one (device and
-inode: not another file moved over it) with the same size and mtime. A restarted code server starts such a file over; nothing is lost but
-time.
+inode: not another file moved over it) with the same size and mtime. A restarted code server starts
+such a file over; nothing is lost but time.
 """
 
 import hashlib
