@@ -32,8 +32,8 @@ def _by_lines(path):
 
 
 def _by_chunks(path, chunk_bytes):
-    return [row for chunk in parallel.line_chunks(path, chunk_bytes=chunk_bytes)
-            for row in parallel.chunk_rows(path, chunk)]
+    return [row[:3] for chunk in parallel.line_chunks(path, chunk_bytes=chunk_bytes)
+            for row in parallel.chunk_rows(path, chunk)]  # (line number, offset, value): the long-run flag aside
 
 
 def _by_byte_chunks(path, chunk_bytes):
@@ -41,7 +41,7 @@ def _by_byte_chunks(path, chunk_bytes):
     out, before = [], 0
     for chunk in parallel.byte_chunks(path, chunk_bytes=chunk_bytes):
         assert chunk.first_line is None
-        out.extend((before + lineno, offset, value) for lineno, offset, value in parallel.chunk_rows(path, chunk))
+        out.extend((before + lineno, offset, value) for lineno, offset, value, _ in parallel.chunk_rows(path, chunk))
         before += chunk.lines
     return out
 

@@ -90,7 +90,7 @@ def test_every_reader_agrees_with_python_json(tmp_path_factory, rows):
     expected = [_typed(json.loads(line)) for line in lines]
     assert [_typed(v) for _, v in iter_jsonl(path)] == expected
     for chunks in (line_chunks(path, chunk_bytes=300), byte_chunks(path, chunk_bytes=300)):
-        assert [_typed(v) for c in chunks for _, _, v in chunk_rows(path, c)] == expected
+        assert [_typed(v) for c in chunks for _, _, v, _ in chunk_rows(path, c)] == expected
     one = path.with_name("one.json")
     one.write_bytes(lines[0])
     assert _typed(jsonl.read_json(one)) == expected[0]

@@ -298,7 +298,7 @@ def _score_chunk(path, chunk, scorer_name, part):
     scorer = resolve_scorer(scorer_name)
     facts = []
     with create_part(part) as out:
-        for _, _, row in chunk_rows(path, chunk):
+        for _, _, row, _ in chunk_rows(path, chunk):
             row = scorer.score_row(row) if isinstance(row, dict) else row
             facts.append(score_facts(row))
             out.write(dumps_line(row))

@@ -273,7 +273,7 @@ def _raw_chunk_facts(path, chunk):
     """A worker task: (line number, facts) of a chunk's rows; its first few rows carry preview lines."""
     from whileai_pipeline.core.parallel import chunk_rows
 
-    return list(_numbered_facts((lineno, row) for lineno, _, row in chunk_rows(path, chunk)))
+    return list(_numbered_facts((lineno, row) for lineno, _, row, _ in chunk_rows(path, chunk)))
 
 
 def _numbered_facts(numbered_rows):
