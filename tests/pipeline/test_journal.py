@@ -7,8 +7,8 @@ import os
 import pytest
 
 from whileai_pipeline.defs import journal
-from whileai_pipeline.defs.assets import _incoming, _put_in_place
-from whileai_pipeline.defs.resources import meta_path_for
+from whileai_pipeline.defs.assets import _put_in_place
+from whileai_pipeline.defs.resources import incoming_path as _incoming, meta_path_for
 
 pytestmark = pytest.mark.pipeline
 

@@ -38,16 +38,12 @@ from .config import (FORMATS, ConfigFileError, DpoExportConfig, OnBadLine, Pairs
 from .partitions import simulation_runs
 from . import journal
 from .publishing import GATES, discard, failed_gates, publish, reject, rejected_dir_name, report_file, same_refusal
-from .resources import ENV_SETTLE, PartitionLockedError, PipelineStorage, copy_atomic, fingerprint, meta_path_for
+from .resources import (ENV_SETTLE, PartitionLockedError, PipelineStorage, copy_atomic, fingerprint, incoming_path,
+                        meta_path_for)
 from .summaries import RawStats, dpo_numbers, export_summary_markdown, raw_facts, real, sft_numbers
 
 GROUP = "whileai"
 STAGE_RAW, STAGE_SCORED, STAGE_SFT_SOURCE, STAGE_PAIRS = "raw", "scored", "sft_source", "pairs"
-
-
-def _incoming(stage):
-    """Where a stage file is written before it is put in place (``.scored.jsonl.incoming``)."""
-    return stage.with_name(f".{stage.name}.incoming")
 
 
 def _readable(stage):
@@ -60,19 +56,19 @@ def _stage_with_sidecar(incoming, stage, meta_src) -> None:
     (or, when there is none, without the sidecar ``stage`` had), see ``_put_in_place``."""
     staged = meta_src is not None and meta_src.is_file()
     if staged:
-        copy_atomic(meta_src, _incoming(meta_path_for(stage)))
+        copy_atomic(meta_src, incoming_path(meta_path_for(stage)))
     _put_in_place(stage, incoming, staged)
 
 
 def _put_in_place(stage, rows, sidecar_staged, remove=(), also=()) -> None:
-    """Rename ``rows`` onto ``stage``, and the sidecar staged beside it (``_incoming`` of its name) onto
+    """Rename ``rows`` onto ``stage``, and the sidecar staged beside it (``incoming_path`` of its name) onto
     its own name when ``sidecar_staged`` (else remove the sidecar ``stage`` had), each ``(staged, dest)``
     of ``also``, and remove ``remove``: all or none (``journal``), so a stage never pairs new rows with an
     earlier run's system prompt and tools."""
     meta_dest = meta_path_for(stage)
     moves, remove = [(rows, stage), *also], [path for path in remove if path.exists()]
     if sidecar_staged:
-        moves.append((_incoming(meta_dest), meta_dest))
+        moves.append((incoming_path(meta_dest), meta_dest))
     elif meta_dest.exists():
         remove.append(meta_dest)
     journal.commit(stage.with_name(f".{stage.stem}{journal.SUFFIX}"), moves, remove)
@@ -226,8 +222,8 @@ def raw_simulation_data(
     # bytes even if the inbox file changes meanwhile. The previous stage survives a failed read.
     # The sidecar is snapshotted (and checked) first, and staged only with the run's rows: a stage
     # never pairs new rows with an old system prompt and tools, or the other way round.
-    snapshot = _incoming(stage)
-    meta_snapshot = _incoming(meta_path_for(stage))
+    snapshot = incoming_path(stage)
+    meta_snapshot = incoming_path(meta_path_for(stage))
     stats = RawStats()
     quarantined = 0
     try:
@@ -258,9 +254,9 @@ def raw_simulation_data(
             _refuse_empty(stats, src)
         # the rows, their sidecar (or none: a stale one would still be read) and the quarantine, together
         _put_in_place(stage, rows, sidecar is not None, remove=[] if quarantined else [quarantine],
-                      also=[(_incoming(quarantine), quarantine)] if quarantined else [])
+                      also=[(incoming_path(quarantine), quarantine)] if quarantined else [])
     finally:
-        for leftover in (snapshot, meta_snapshot, _readable(stage), _incoming(quarantine)):
+        for leftover in (snapshot, meta_snapshot, _readable(stage), incoming_path(quarantine)):
             if leftover.exists():
                 leftover.unlink()
     has_sidecar = sidecar is not None
@@ -308,14 +304,14 @@ def _refuse_empty(stats, src):
 
 
 def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> tuple:
-    """Copy readable lines verbatim to a file beside ``stage``; unreadable ones go to ``_incoming(quarantine)``
+    """Copy readable lines verbatim to a file beside ``stage``; unreadable ones go to ``incoming_path(quarantine)``
     as records naming the run file ``src`` and the line number. Returns (that file, to be put in place as
     ``stage`` together with the quarantine, the number of lines quarantined). With no readable line the run
     is refused and the previous stage stays (the quarantine, put in place alone, says why)."""
     bad = 0
     first_bad = None
     incoming = _readable(stage)
-    with open(snapshot, "rb") as fin, atomic_file(incoming) as out, atomic_file(_incoming(quarantine)) as qout:
+    with open(snapshot, "rb") as fin, atomic_file(incoming) as out, atomic_file(incoming_path(quarantine)) as qout:
         for lineno, line in enumerate(fin, 1):
             reason = None
             try:
@@ -339,7 +335,7 @@ def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> tuple:
                                        "text": line.strip().decode("utf-8", "replace")}))
     if bad and not stats.rows:
         incoming.unlink()
-        os.replace(_incoming(quarantine), quarantine)
+        os.replace(incoming_path(quarantine), quarantine)
         raise dg.Failure(
             description=f"empty_run: none of the {bad} non-blank line(s) of {src} is a readable trajectory "
             f"(first: {first_bad}; all in {quarantine}); nothing was staged and the previous stage is "
@@ -374,13 +370,13 @@ def scored_simulation_data(
     stats = ScoreStats()
     progress = _progress(context, f"scoring ({scorer.name})")
     try:
-        with atomic_file(_incoming(scored)) as out:
+        with atomic_file(incoming_path(scored)) as out:
             scored_sha = score_file(raw, out, scorer, stats, dest=scored, progress=progress)
     except ScorerError as exc:
         raise dg.Failure(description=f"{exc}. Fix the scorer (or set another one in the run config) and "
                          "materialize again; the scored stage is unchanged.") from None
     progress.close(stats.n)
-    _stage_with_sidecar(_incoming(scored), scored, meta_path_for(raw))
+    _stage_with_sidecar(incoming_path(scored), scored, meta_path_for(raw))
     metadata = {
         "dagster/row_count": stats.n,
         "scorer": scorer.name,
@@ -424,7 +420,7 @@ def preference_pairs(
         raise _library_failure(exc, "judge_pairs") from None
     # Built (and judged) beside the stage, put in place only when all went well: a failed step leaves
     # the previous pairs, which a re-export would otherwise publish.
-    incoming = _incoming(path)
+    incoming = incoming_path(path)
     try:
         try:
             # File to file: the library keeps one summary per row, not the rows (memory stays flat).
@@ -743,9 +739,9 @@ def sft_export(
     if config.sft_rows == "pass":
         source = storage.stage_path(key, STAGE_SFT_SOURCE)
         carried = ScoreStats()  # of the rows the export carries, counted in the pass that picks them
-        with atomic_file(_incoming(source)) as out:
+        with atomic_file(incoming_path(source)) as out:
             passing_rows_file(scored, out, carried, dest=source)  # over workers for a big run
-        _stage_with_sidecar(_incoming(source), source, meta_path_for(scored))
+        _stage_with_sidecar(incoming_path(source), source, meta_path_for(scored))
     else:
         source = scored
         carried = None

@@ -52,6 +52,12 @@ LEFTOVER_SUFFIXES = (TMP_SUFFIX, ".incoming", ".readable")  # what a step writes
 _BAD_KEY_CHARS = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
+def incoming_path(path: Path) -> Path:
+    """Where a file is written before it is renamed onto ``path`` (``.scored.jsonl.incoming``): hidden, and
+    a leftover ``remove_leftovers`` knows (``LEFTOVER_SUFFIXES``)."""
+    return path.with_name(f".{path.name}.incoming")
+
+
 def lock_timeout() -> float:
     """``$WHILEAI_PIPELINE_LOCK_TIMEOUT``: how long a step waits for its run's lock."""
     return seconds_from_env(ENV_LOCK_TIMEOUT, DEFAULT_LOCK_TIMEOUT,
@@ -311,7 +317,7 @@ class PipelineStorage(dg.ConfigurableResource):
         # previous run's system prompt and tools.
         staged_meta = None
         if meta_src is not None and meta_src.resolve() != meta_dest.resolve():
-            staged_meta = meta_dest.with_name(f".{meta_dest.name}.incoming")
+            staged_meta = incoming_path(meta_dest)
             copy_atomic(meta_src, staged_meta)
         try:
             if source.resolve() != dest.resolve():
