@@ -169,7 +169,7 @@ class ColumnKinds:
         out = []
         text_paths = {path for path, seen in self.paths.items() if seen["text"]}
         for path in sorted(self.paths, key=lambda p: tuple(map(str, p))):
-            if path[0] not in COLUMNS or any(path[:n] in text_paths for n in range(1, len(path) + 1)):
+            if path[0] not in COLUMNS or _under(path, text_paths):
                 continue  # not rendered by the template, or stored as JSON text: comes back as written
             kinds = self.paths[path]["kinds"]
             where = _where(path)
@@ -193,7 +193,7 @@ class ColumnKinds:
             "the file (ArrowInvalid: Recursion level in ArrowSchema struct exceeded); nest it less deeply "
             f"(at most {ARROW_MAX_DEPTH - 1} levels, the column's own value counted)"), "error")
             for path, line in self.too_deep.items()
-            if not any(path[:n] in text_paths for n in range(1, len(path) + 1))), key=lambda p: (p[0], p[1]["where"]))
+            if not _under(path, text_paths)), key=lambda p: (p[0], p[1]["where"]))
         return out + big + deep + self._kwargs_problem()
 
     def _kwargs_problem(self):
@@ -270,6 +270,11 @@ def _kinds_along(value, path, out):
         else:
             values = [v[part] for v in values if isinstance(v, dict) and part in v]
     out.update(json_type(v) for v in values if v is not None)
+
+
+def _under(path, text_paths) -> bool:
+    """Whether ``path`` is one of ``text_paths`` (kept as JSON text by the loader) or inside one."""
+    return any(path[:n] in text_paths for n in range(1, len(path) + 1))
 
 
 def _kept_as_text(seen) -> bool:
