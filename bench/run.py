@@ -672,8 +672,9 @@ def main(argv=None):
             results.append(r)
             _progress(r)
         _ratios(results)
-        if pooled_equals_serial(results) is not None:
-            doc["pooled_equals_serial"] = pooled_equals_serial(results)
+        compared = pooled_equals_serial(results)
+        if compared is not None:
+            doc["pooled_equals_serial"] = compared
         doc.update({"input": str(inp), "input_bytes": inp.stat().st_size, "results": results})
         print(f"\n## {inp.name}: {results[0].get('rows') if results else '?'} rows, "
               f"{inp.stat().st_size / MB:,.0f} MB\n")

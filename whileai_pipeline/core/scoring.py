@@ -122,6 +122,11 @@ def _wrap_callable(fn, name):
     return score
 
 
+def as_written(reward):
+    """``reward`` as the stage file holds it: a NaN or infinite float is written as null (DECISIONS 1)."""
+    return None if isinstance(reward, float) and not math.isfinite(reward) else reward
+
+
 _OLD_VERDICT = ("reason", "grader_reason", "judge_meta")
 
 
@@ -145,9 +150,7 @@ class Scorer:
             out["reward"] = reward
             if reason:
                 out["reason"] = reason
-            # a NaN or infinite reward is written as null (DECISIONS 1), as ``score_facts`` counts it
-            graded = reward is not None and not (isinstance(reward, float) and not math.isfinite(reward))
-            out["judge_status"] = "ok" if graded else "missing_reward"
+            out["judge_status"] = "ok" if as_written(reward) is not None else "missing_reward"
             out["judge_name"] = self.name
         if self.name != "existing" or not out.get("label_source"):
             out["label_source"] = self.name
@@ -173,10 +176,7 @@ def score_facts(row, _=None):
     """
     if not isinstance(row, dict):
         return None
-    reward = row.get("reward")
-    if isinstance(reward, float) and not math.isfinite(reward):
-        reward = None  # written as null (DECISIONS 1): count what the stage file will hold
-    return reward, task_key(row)
+    return as_written(row.get("reward")), task_key(row)  # count what the stage file will hold
 
 
 def pair_side_facts(pair, _=None):
