@@ -108,6 +108,38 @@ def clean_stale_temps(dest) -> list:
 _OUR_TEMP = re.compile(r"(\d+)\.(?:[a-z0-9_]{8}\.[a-z]+\.tmp(?:\.\d+\.part\.tmp)?|[a-z]+\d+\.part\.tmp)\Z")
 
 
+def make_parents(directory) -> list:
+    """Create ``directory`` and whichever of its parents are missing; return the ones this call created,
+    outermost first, so that a write which then fails can take them away again (``remove_made``)
+    instead of leaving empty folders behind. One level at a time: a folder another process creates
+    meanwhile is not counted as ours."""
+    directory = Path(directory)
+    missing = []
+    while not directory.is_dir() and directory != directory.parent:
+        missing.append(directory)
+        directory = directory.parent
+    made = []
+    for folder in reversed(missing):
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        except OSError:
+            remove_made(made)
+            raise
+        made.append(folder)
+    return made
+
+
+def remove_made(made):
+    """Remove the folders ``make_parents`` created, innermost first, while they are empty."""
+    for folder in reversed(made):
+        try:
+            os.rmdir(folder)
+        except OSError:  # something is in it (a published file, another writer's): it stays, so do its parents
+            return
+
+
 def temp_prefix(dest) -> str:
     """``.<name>.`` for the temp files beside ``dest``; a long name is cut (and a digest of it kept), so
     the temp file and its worker parts stay within the 255 bytes a file name may have."""
@@ -134,14 +166,17 @@ def _alive(pid) -> bool:
 def atomic_file(dest):
     """Open a temporary file beside ``dest`` for binary writing; rename it onto ``dest`` on success.
 
-    On any exception the temporary file is removed and ``dest`` is untouched. The data is fsynced
-    before the rename so a crash leaves either the old file or the complete new one.
+    On any exception the temporary file (and any folder made for it) is removed and ``dest`` is
+    untouched. The data is fsynced before the rename so a crash leaves either the old file or the
+    complete new one.
     """
     dest = Path(dest).expanduser()
+    made = []
     try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        made = make_parents(dest.parent)
         fd, tmp = temp_beside(dest, "write")
     except OSError as exc:
+        remove_made(made)
         raise WriteFailedError(dest, exc) from exc
     try:
         fh = os.fdopen(fd, "wb", buffering=1 << 20)
@@ -163,6 +198,7 @@ def atomic_file(dest):
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        remove_made(made)
         raise
     fsync_dir(dest.parent)
 

@@ -323,8 +323,7 @@ def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ti
         source_digest()
         return {fmt: with_elapsed(report, started) for fmt, report in reports.items()}
     finally:
-        for spool in spools:
-            spool.discard()
+        Spool.discard_all(spools)
 
 
 def _checked_report(tally, src, format):

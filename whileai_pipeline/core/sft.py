@@ -553,8 +553,7 @@ def _export(source, outputs, system_prompt, tools, strip_think, validate, mask_m
         return {fmt: with_elapsed(report, started) for fmt, report in reports.items()}
     finally:
         stack.close()
-        for spool in spools:
-            spool.discard()
+        Spool.discard_all(spools)
 
 
 def _sft_report(tally, src, plan, max_tool_output_chars):

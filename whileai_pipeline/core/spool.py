@@ -14,7 +14,7 @@ import hashlib
 import os
 import threading
 
-from .atomic import TMP_SUFFIX, atomic_file, close_quietly, fsync_dir, temp_beside
+from .atomic import TMP_SUFFIX, atomic_file, close_quietly, fsync_dir, make_parents, remove_made, temp_beside
 from .errors import WriteFailedError
 from .jsonl import sha256_of, splice
 from .parallel import append_part
@@ -43,11 +43,13 @@ class Spool:
         self.hash_at_publish = False  # set once a part is appended unhashed
         self.trailing = None  # the hash that follows spliced parts as they are written
         self.writeback = None  # the flushes that follow them (EarlyWriteback)
+        self.made = []  # the folders made for ``dest``: gone again if nothing is published there
         if dest is not None:
             try:
-                dest.parent.mkdir(parents=True, exist_ok=True)
+                self.made = make_parents(dest.parent)
                 fd, self.tmp = temp_beside(dest, "spool")
             except OSError as exc:
+                remove_made(self.made)
                 raise WriteFailedError(dest, exc) from exc
             self.fh = os.fdopen(fd, "wb", buffering=1 << 20)
 
@@ -128,6 +130,15 @@ class Spool:
             for part in glob.glob(glob.escape(self.tmp) + ".*.part" + TMP_SUFFIX):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(part)
+
+    @staticmethod
+    def discard_all(spools):
+        """``discard`` every spool, then remove the folders they made that hold nothing (an export that
+        failed, or one that had nothing to write): one folder may hold the spools of several formats."""
+        for spool in spools:
+            spool.discard()
+        for spool in reversed(spools):
+            remove_made(spool.made)
 
     def publish(self, suffixes=None, alongside=None):
         """Write the final file and return its SHA-256.
