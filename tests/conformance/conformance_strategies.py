@@ -10,8 +10,9 @@ Design notes
   that must not count.
 * Tool-call arguments cover dict / JSON string / 2x..5x string-encoded / malformed / None / "" /
   lists / scalars / NaN; results cover objects, strings, long strings (truncation), scalars, None.
-* Explicit ids brought by input tool calls never look like generated ids (``call_0000``); the
-  harness does not rely on that, it is just realistic (OpenAI ids look like ``call_AbC12``).
+* Explicit ids brought by input tool calls mostly look like OpenAI's (``call_AbC12``), and sometimes
+  like the ids the export generates (``call_0001``), so the harness's prediction of an id that skips
+  one the row brings (DECISIONS 9) is exercised.
 * Non-string message content (dict/list/number/bool/None) appears only in ``messages`` rows and never
   carries privileged text (its text differs between the reference and us by DECISIONS 10, and the
   leak check reads string content only).
@@ -329,7 +330,8 @@ def message_lists(draw):
                     ids.append(None)
                 elif draw(st.booleans()):
                     own_counter += 1
-                    cid = f"call_Ab{own_counter}x"
+                    cid = draw(st.sampled_from([f"call_Ab{own_counter}x", f"call_Ab{own_counter}x",
+                                                "call_%04d" % (own_counter - 1)]))
                     call["id"] = cid
                     ids.append(cid)
                 else:
