@@ -94,7 +94,7 @@ def test_build_preference_pairs_refuses_a_path_or_one_row_instead_of_pairing_not
         wai.build_preference_pairs(as_given(run))
 
 
-@pytest.mark.parametrize("cap", ["x", [100], {}])
+@pytest.mark.parametrize("cap", ["x", [100], {}, float("inf"), float("-inf")])  # int(inf): a bare OverflowError
 @pytest.mark.parametrize("with_tools", [True, False])
 def test_a_max_tool_output_chars_that_is_no_number_is_refused_before_any_row(tmp_path, cap, with_tools):
     # it used to fail as a bare "invalid literal for int()" at the first tool message, or pass unseen

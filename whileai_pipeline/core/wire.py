@@ -214,7 +214,7 @@ def check_tool_output_cap(cap):
         return
     try:
         int(cap)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(float("inf"))
         raise ExportError(f"max_tool_output_chars must be a whole number of characters, got {type(cap).__name__} "
                           f"{cap!r:.40}: pass e.g. max_tool_output_chars=2000, or None to keep tool outputs "
                           "whole") from None
