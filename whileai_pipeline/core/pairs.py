@@ -25,7 +25,7 @@ from .arguments import check_rows, whole_number
 from .gates import scrub
 from .groups import KeyIndex
 from .parallel import PartFiles, append_part, create_part
-from .progress import tick
+from .progress import check_progress, tick
 from .text import normalize, text
 
 MIN_MARGIN_ERROR = "min_margin must be positive; equal scores carry no preference"
@@ -508,6 +508,7 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
     """
     check_max_pairs(max_pairs_per_prompt)
     check_min_margin(min_margin)
+    check_progress(progress)
     for name, value in (("source", source), ("output", output)):
         if not isinstance(value, (str, os.PathLike)) or not value:
             raise TypeError(f"build_pairs_file needs an output path and a source path (str or os.PathLike), got "

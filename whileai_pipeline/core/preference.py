@@ -18,7 +18,7 @@ from .gates import (
 from .jsonl import dumps, dumps_reusing
 from .output import check_output, check_outputs, destination, published_one_of, refuse_source, with_elapsed
 from .pairs import first_turn_note, length_note
-from .progress import tick
+from .progress import check_progress, tick
 from .rows import SchemaCheck, preference_problems, stamp
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
 from .spool import Spool
@@ -284,6 +284,7 @@ def export_preferences(pairs, outputs, *, system_prompt=None, tools=None, strip_
 def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ties, progress, workers):
     """``export_preference`` for every ``{format: output}`` at once; returns ``{format: report}``."""
     started = time.perf_counter()
+    check_progress(progress)
     src = _pair_source(pairs, system_prompt, tools)
     dests = {fmt: destination(output, None) for fmt, output in outputs.items()}  # no default name: none, no file
     if src.path is not None:

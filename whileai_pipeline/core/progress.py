@@ -69,3 +69,11 @@ def tick(progress, done):
     """Call ``progress(done)`` every EVERY_ROWS rows (cheap enough for the hot loop)."""
     if progress is not None and done % EVERY_ROWS == 0:
         progress(done)
+
+
+def check_progress(progress):
+    """Refuse a ``progress`` that cannot be called, before any work: the exporters call it only every
+    EVERY_ROWS rows and at the end, where it fails as a bare "'int' object is not callable"."""
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be a callable of the number of rows done (e.g. progress=print), or None, "
+                        f"got {type(progress).__name__} {progress!r:.60}")

@@ -35,7 +35,7 @@ from .groups import GroupStats, row_summary, verdict
 from .jsonl import _BLANK, dumps, dumps_reusing, iter_jsonl_lines, iter_jsonl_runs
 from .masks import check_mask_mode
 from .output import check_output, check_outputs, destination, published_one_of, refuse_source, with_elapsed
-from .progress import tick
+from .progress import check_progress, tick
 from .rows import SchemaCheck, convert_row, training_problems
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
 from .spool import Spool, spool_line
@@ -473,6 +473,7 @@ def _export(source, outputs, system_prompt, tools, strip_think, validate, mask_m
             workers, progress):
     """``export_dataset`` for every ``{format: output}`` at once; returns ``{format: report}``."""
     started = time.perf_counter()
+    check_progress(progress)
     check_mask_mode(mask_mode)
     check_tool_output_cap(max_tool_output_chars)
     src = resolve_source(source, system_prompt, tools)

@@ -1,0 +1,39 @@
+"""Mistakes a Python user of the library makes with its arguments get an error that says what was wrong
+and what to pass, before any work, instead of a bare TypeError from deep inside, a false all-clear or a
+file of nonsense."""
+
+import pytest
+
+import whileai_pipeline.simulations as wai
+
+ROW = {"prompt": "Where is order 7?", "steps": [{"tool": "lookup", "arguments": {"id": 7}, "result": "shipped"}],
+       "final_text": "It shipped.", "reward": 1}
+PAIR = {"prompt": "Where is order 7?", "chosen": ROW, "rejected": dict(ROW, final_text="No idea.", reward=0)}
+
+
+@pytest.mark.parametrize("progress", [5, "log", True])
+@pytest.mark.parametrize("call", ["export_dataset", "export_datasets", "export_preference", "export_preferences"])
+def test_a_progress_that_cannot_be_called_is_refused_before_any_work(tmp_path, progress, call):
+    # it used to fail as "'int' object is not callable" after every row was read and converted
+    run = tmp_path / "run.jsonl"
+    wai.write_jsonl(run, [PAIR] if "preference" in call else [ROW])
+    out = tmp_path / "out.jsonl"
+    fn = getattr(wai, call)
+    target = {"openai": out} if call.endswith("s") else out
+    with pytest.raises(TypeError, match=rf"^progress must be a callable of the number of rows done .*, got "
+                                        rf"{type(progress).__name__} {progress!r}"):
+        fn(run, target, progress=progress)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.jsonl"]
+    seen = []
+    fn(run, target, progress=seen.append)  # a callable still goes, and hears the final count
+    assert seen and seen[-1] == 1
+
+
+def test_build_pairs_file_refuses_a_progress_that_cannot_be_called(tmp_path):
+    from whileai_pipeline.core.pairs import build_pairs_file
+
+    run = tmp_path / "scored.jsonl"
+    wai.write_jsonl(run, [ROW, dict(ROW, final_text="No idea.", reward=0)])
+    with pytest.raises(TypeError, match=r"^progress must be a callable of the number of rows done"):
+        build_pairs_file(run, tmp_path / "pairs.jsonl", progress=3)
+    assert not (tmp_path / "pairs.jsonl").exists()
