@@ -37,3 +37,18 @@ def test_build_pairs_file_refuses_a_progress_that_cannot_be_called(tmp_path):
     with pytest.raises(TypeError, match=r"^progress must be a callable of the number of rows done"):
         build_pairs_file(run, tmp_path / "pairs.jsonl", progress=3)
     assert not (tmp_path / "pairs.jsonl").exists()
+
+
+@pytest.mark.parametrize("row, reason", [
+    ({"messages": 5}, r"messages must be a list of message objects, got int 5"),
+    ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": 7}]},
+     r"messages\[1\]\.tool_calls must be a list of call objects, got int 7"),
+    ({"prompt": [{"role": "user", "content": "q"}], "completion": 3},
+     r"completion must be a list of message objects, got int 3"),
+])
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+def test_tool_call_roundtrip_names_the_row_whose_messages_or_calls_are_a_number(row, reason, fmt):
+    # it used to fail with a bare "'int' object is not iterable", naming no row (to_trl names it)
+    rows = [{"messages": [{"role": "user", "content": "q"}]}, row]
+    with pytest.raises(wai.BadRowError, match=rf"^bad_row: index 1 of the rows given: {reason}"):
+        wai.tool_call_roundtrip(rows, format=fmt)

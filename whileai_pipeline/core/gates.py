@@ -7,7 +7,7 @@ exporters can run them inside their single streaming pass; the list functions wr
 import orjson
 
 from .arguments import ROWS_AS_TEXT, check_rows
-from .errors import ExportError
+from .errors import BadRowError, ExportError
 from .conversation import conversation
 from .text import lower, normalize, text
 from .wire import arguments_are_structured, content_text
@@ -138,8 +138,31 @@ def tool_call_roundtrip(rows, *, format="openai"):
     check_rows(rows, "rows must be a list of row dicts", ROWS_AS_TEXT, error=TypeError)
     for i, row in enumerate(rows):
         if isinstance(row, dict):
+            problem = _uncountable(row)
+            if problem:
+                raise BadRowError.at(None, i, f"{problem}: fix that row (tool_call_roundtrip reads rows as "
+                                              "training_rows() and export_dataset() write them)")
             gate.add(i, row_conversation_messages(row))
     return gate.report()
+
+
+def _uncountable(row):
+    """Why the round-trip gate cannot loop over this row's messages or calls, or None: a number (or
+    another non-iterable) where a list belongs fails as a bare "'int' object is not iterable"."""
+    keys = ("messages",) if "messages" in row else ("prompt", "completion")
+    lists = [(key, row.get(key)) for key in keys]
+    if "messages" not in row and not any(isinstance(value, list) for _, value in lists):
+        return None  # no conversation to read
+    for key, value in lists:
+        if value and not hasattr(value, "__iter__"):
+            return f"{key} must be a list of message objects, got {type(value).__name__} {value!r:.40}"
+    for key, value in lists:
+        for j, message in enumerate(value or ()):
+            calls = message.get("tool_calls") if isinstance(message, dict) else None
+            if calls and not hasattr(calls, "__iter__"):
+                return (f"{key}[{j}].tool_calls must be a list of call objects, got {type(calls).__name__} "
+                        f"{calls!r:.40}")
+    return None
 
 
 # ---------------------------------------------------------------- leak gate
