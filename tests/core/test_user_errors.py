@@ -52,3 +52,20 @@ def test_tool_call_roundtrip_names_the_row_whose_messages_or_calls_are_a_number(
     rows = [{"messages": [{"role": "user", "content": "q"}]}, row]
     with pytest.raises(wai.BadRowError, match=rf"^bad_row: index 1 of the rows given: {reason}"):
         wai.tool_call_roundtrip(rows, format=fmt)
+
+
+LEAKY = dict(ROW, privileged={"reference": "the order shipped on the fourth of May"},
+             final_text="It shipped: the order shipped on the fourth of May.")
+
+
+@pytest.mark.parametrize("given", ["path", "str", "bytes", "one row", "None", "number"])
+def test_leak_report_refuses_what_is_not_rows_instead_of_a_false_all_clear(tmp_path, given):
+    # a path's characters, or one row's keys, are no rows: it reported "checked 0 of 0 rows" for a run
+    # whose reply quotes its privileged reference (None or a number: "'NoneType' object is not iterable")
+    run = tmp_path / "run.jsonl"
+    wai.write_jsonl(run, [LEAKY])
+    assert wai.leak_report(wai.read_jsonl(run))["n_leaked"] == 1
+    value = {"path": run, "str": str(run), "bytes": bytes(run), "one row": LEAKY, "None": None, "number": 3}[given]
+    with pytest.raises(TypeError, match=r"^leak_report takes rows, got "):
+        wai.leak_report(value)
+    assert wai.leak_report(wai.load_run(run))["n_leaked"] == 1  # a run object still goes

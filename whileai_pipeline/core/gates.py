@@ -353,6 +353,7 @@ def leak_report(rows, *, min_len=LEAK_MIN_QUOTE_CHARS):
     """Spec 6: which rows quote their own privileged block in an assistant turn."""
     if hasattr(rows, "trajectories") and not isinstance(rows, (list, tuple)):
         rows = rows.trajectories
+    check_rows(rows, "leak_report takes rows", ROWS_AS_TEXT, error=TypeError)  # not a false "checked 0 of 0"
     gate = LeakGate(min_len)
     for row in rows:
         gate.add(row)
