@@ -69,3 +69,25 @@ def test_leak_report_refuses_what_is_not_rows_instead_of_a_false_all_clear(tmp_p
     with pytest.raises(TypeError, match=r"^leak_report takes rows, got "):
         wai.leak_report(value)
     assert wai.leak_report(wai.load_run(run))["n_leaked"] == 1  # a run object still goes
+
+
+@pytest.mark.parametrize("rows, said", [
+    (ROW, r"got dict \(one row\?\): pass a list of rows"),  # wrote one line per key: "prompt", "steps", ...
+    ("abc", r"got str 'abc'"),  # wrote one line per character
+    (None, r"got NoneType None"),  # "'NoneType' object is not iterable"
+])
+def test_write_jsonl_refuses_rows_that_are_not_rows_and_writes_nothing(tmp_path, rows, said):
+    out = tmp_path / "rows.jsonl"
+    with pytest.raises(TypeError, match=rf"^write_jsonl\(dest, rows\) takes rows, {said}"):
+        wai.write_jsonl(out, rows)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("dest", [[ROW], None, 3])
+def test_write_jsonl_says_the_path_comes_first(tmp_path, dest):
+    # write_jsonl(rows, path) failed as pathlib's "expected str, bytes or os.PathLike object, not list"
+    with pytest.raises(TypeError, match=rf"^write_jsonl\(dest, rows\) takes the file to write first \(str or "
+                                        rf"os\.PathLike\), got {type(dest).__name__}"):
+        wai.write_jsonl(dest, tmp_path / "rows.jsonl")
+    assert list(tmp_path.iterdir()) == []
+    assert wai.write_jsonl(str(tmp_path / "rows.jsonl"), iter([ROW])) == 1  # a str path and an iterator go

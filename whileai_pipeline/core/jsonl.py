@@ -17,6 +17,7 @@ from pathlib import Path
 
 import orjson
 
+from .arguments import check_rows
 from .atomic import atomic_file
 from .errors import BadJsonlError, ExportError
 from .exact_numbers import TOO_DEEP_TO_READ_EXACTLY, exact_numbers, lines_with_runs, too_many_digits
@@ -339,6 +340,10 @@ def looks_like_json_text(name) -> bool:
 
 def write_jsonl(dest, rows) -> int:
     """Write rows atomically, one compact JSON object a line; returns the number of rows."""
+    if not isinstance(dest, (str, os.PathLike)):
+        raise TypeError(f"write_jsonl(dest, rows) takes the file to write first (str or os.PathLike), got "
+                        f"{type(dest).__name__} {dest!r:.60}: e.g. write_jsonl('rows.jsonl', rows)")
+    check_rows(rows, "write_jsonl(dest, rows) takes rows", "pass a list of row dicts", error=TypeError)
     n = 0
     with atomic_file(dest) as fh:
         for row in rows:
