@@ -91,3 +91,56 @@ def test_write_jsonl_says_the_path_comes_first(tmp_path, dest):
         wai.write_jsonl(dest, tmp_path / "rows.jsonl")
     assert list(tmp_path.iterdir()) == []
     assert wai.write_jsonl(str(tmp_path / "rows.jsonl"), iter([ROW])) == 1  # a str path and an iterator go
+
+
+def _scored_rows():
+    return [ROW, dict(ROW, final_text="No idea.", reward=0)]
+
+
+@pytest.mark.parametrize("call", ["export_preference", "export_preferences"])
+def test_export_preference_given_what_build_preference_pairs_returns_says_to_take_the_pairs(tmp_path, call):
+    # build_preference_pairs returns (pairs, report); the error told the user to do exactly that:
+    # "Build the pairs first: export_preference(build_preference_pairs(rows), ...)"
+    built = wai.build_preference_pairs(_scored_rows())
+    out = tmp_path / "pairs.jsonl"
+    target = {"openai": out} if call.endswith("s") else out
+    with pytest.raises(ValueError, match=r"^export_preference takes chosen/rejected pairs, and got the \(pairs, "
+                                         r"report\) tuple that build_preference_pairs returns: pass its first item"):
+        getattr(wai, call)(built, target)
+    assert not out.exists()
+    pairs, _report = built
+    assert getattr(wai, call)(pairs, target)  # as the message says
+
+
+def test_export_preference_advice_for_entries_that_are_no_pairs_can_be_followed(tmp_path):
+    with pytest.raises(ValueError, match=r"^export_preference takes chosen/rejected pairs, and 2 of 2 entries have "
+                                         r"no chosen/rejected side\. Build the pairs first: pairs, report = "
+                                         r"build_preference_pairs\(rows\); export_preference\(pairs, \.\.\.\)"):
+        wai.export_preference(_scored_rows(), tmp_path / "pairs.jsonl")
+
+
+def judge(a, b):
+    return {"winner": "A"}
+
+
+def test_judge_pairs_given_what_build_preference_pairs_returns_says_to_take_the_pairs():
+    built = wai.build_preference_pairs(_scored_rows())
+    with pytest.raises(ValueError, match=r"^judge_pairs takes chosen/rejected pairs, and got the \(pairs, report\) "
+                                         r"tuple that build_preference_pairs returns: pass its first item"):
+        wai.judge_pairs(built, judge)
+    assert wai.judge_pairs(built[0], judge)[1]["n"] == 1
+
+
+def test_judge_pairs_names_the_index_of_the_pairs_given():
+    # it counted only the dicts: [None, "x", ROW] said "first at 0", where None is
+    with pytest.raises(ValueError, match=r"^1 entries are not pairs \(need chosen/rejected rows\); first at 2 "
+                                         r"\(index of the pairs given\)"):
+        wai.judge_pairs([None, "x", ROW, PAIR], judge)
+
+
+@pytest.mark.parametrize("given", ["path", "one pair", "None"])
+def test_judge_pairs_refuses_what_is_not_pairs(tmp_path, given):
+    # a path's characters or one pair's keys were judged as no pairs at all ([], n 0); None: a bare TypeError
+    value = {"path": str(tmp_path / "pairs.jsonl"), "one pair": PAIR, "None": None}[given]
+    with pytest.raises(TypeError, match=r"^judge_pairs takes pairs, got "):
+        wai.judge_pairs(value, judge)

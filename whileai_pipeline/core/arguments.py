@@ -49,3 +49,14 @@ def check_rows(rows, what, path_hint, *, error=ExportError):
         raise error(f"{what}, got dict (one row?): pass a list of rows")
     if not hasattr(rows, "__iter__"):
         raise error(f"{what}, got {type(rows).__name__} {rows!r:.60}: {ROWS_HINT}")
+
+
+def refuse_pairs_with_report(pairs, what):
+    """Refuse the ``(pairs, report)`` tuple ``build_preference_pairs`` returns, passed on whole: its list
+    of pairs is no pair and its report has no sides, so the entries check blames "1 of 1 entries"
+    and says to build the pairs, which is what the caller did. ``what`` names the function."""
+    if (isinstance(pairs, tuple) and len(pairs) == 2 and isinstance(pairs[0], list) and isinstance(pairs[1], dict)
+            and "chosen" not in pairs[1]):
+        raise ValueError(f"{what} takes chosen/rejected pairs, and got the (pairs, report) tuple that "
+                         f"build_preference_pairs returns: pass its first item: pairs, report = "
+                         f"build_preference_pairs(rows); {what}(pairs, ...)")

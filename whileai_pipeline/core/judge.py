@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 
-from .arguments import whole_number
+from .arguments import check_rows, refuse_pairs_with_report, whole_number
 from .gates import scrub
 from .text import text
 
@@ -69,8 +69,12 @@ def judge_pairs(pairs, judge=None, *, spec=None, swap=True, concurrency=8, api_k
     (a judge model it calls itself), taken and unused: this library makes no network calls.
     """
     judging = PairwiseJudging(judge, swap=swap, examples=examples)
-    entries = [p for p in pairs if isinstance(p, dict)]
-    bad = [i for i, p in enumerate(entries) if not is_pair(p)]
+    refuse_pairs_with_report(pairs, "judge_pairs")
+    check_rows(pairs, "judge_pairs takes pairs", "pass a list of pair dicts, e.g. read_jsonl(path) for a pairs "
+               "file", error=TypeError)
+    given = [(i, p) for i, p in enumerate(pairs) if isinstance(p, dict)]
+    entries = [p for _, p in given]
+    bad = [i for i, p in given if not is_pair(p)]  # the index in the pairs given, not among their dicts
     if bad:
         raise ValueError(f"{len(bad)} entries are not pairs (need chosen/rejected rows); first at {bad[0]} (index "
                          "of the pairs given): build pairs with build_preference_pairs, or leave those entries out")

@@ -3,6 +3,7 @@
 import enum
 import time
 
+from .arguments import refuse_pairs_with_report
 from .conversation import conversation
 from .errors import ExportError, NoPreferencePairsError, PrivilegedLeakError, RoundtripInvalidError
 from .gates import (
@@ -285,6 +286,7 @@ def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ti
     """``export_preference`` for every ``{format: output}`` at once; returns ``{format: report}``."""
     started = time.perf_counter()
     check_progress(progress)
+    refuse_pairs_with_report(pairs, "export_preference")
     src = _pair_source(pairs, system_prompt, tools)
     dests = {fmt: destination(output, None) for fmt, output in outputs.items()}  # no default name: none, no file
     if src.path is not None:
@@ -338,8 +340,8 @@ def _checked_report(tally, src, format):
                  else f"index {t.first_bad} of the pairs given")
         raise ValueError(
             f"export_preference takes chosen/rejected pairs, and {bad} of {n_entries} entries have no "
-            "chosen/rejected side. Build the pairs first: export_preference(build_preference_pairs(rows), ...) "
-            f"or scored.select_for_preference(). The first is {first}.")
+            "chosen/rejected side. Build the pairs first: pairs, report = build_preference_pairs(rows); "
+            f"export_preference(pairs, ...) (or scored.select_for_preference()). The first is {first}.")
     schema.raise_if_bad()
 
     report = {"pairs": n_out, "format": format, "tool_call_roundtrip": roundtrip.report()}
