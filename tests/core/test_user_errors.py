@@ -144,3 +144,18 @@ def test_judge_pairs_refuses_what_is_not_pairs(tmp_path, given):
     value = {"path": str(tmp_path / "pairs.jsonl"), "one pair": PAIR, "None": None}[given]
     with pytest.raises(TypeError, match=r"^judge_pairs takes pairs, got "):
         wai.judge_pairs(value, judge)
+
+
+@pytest.mark.parametrize("given, said", [
+    ("row", r"got dict \(a whole row\?\): pass row\['messages'\]"),  # was [0, 0, 0, 0]: one 0 per key
+    ("text", r"got str 'hello'"),  # was one 0 per character
+    ("None", r"got NoneType None"),  # "'NoneType' object is not iterable"
+    ("number", r"got int 3"),
+])
+def test_loss_mask_refuses_what_is_not_a_message_list(given, said):
+    row = wai.training_rows([ROW])[0]
+    value = {"row": row, "text": "hello", "None": None, "number": 3}[given]
+    with pytest.raises(TypeError, match=rf"^loss_mask takes a list of messages, {said}"):
+        wai.loss_mask(value)
+    assert wai.loss_mask(row["messages"]) == row["loss_mask"]
+    assert wai.loss_mask(iter(row["messages"]), mode="final") == [0, 0, 0, 1]

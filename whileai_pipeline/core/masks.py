@@ -15,12 +15,24 @@ def check_mask_mode(mode):
 def loss_mask(messages, *, mode="assistant"):
     """1 for each assistant message, else 0; ``final`` keeps only the last 1."""
     check_mask_mode(mode)
+    if type(messages) is not list:
+        _check_messages(messages)
     mask = [1 if isinstance(m, dict) and m.get("role") == "assistant" else 0 for m in messages]
     if mode == "final" and 1 in mask:
         last = len(mask) - 1 - mask[::-1].index(1)
         mask = [0] * len(mask)
         mask[last] = 1
     return mask
+
+
+def _check_messages(messages):
+    """Refuse what ``loss_mask`` would misread without a word: a whole row (one 0 per key), text or bytes
+    (one 0 per character), or None and a number (a bare "object is not iterable")."""
+    if isinstance(messages, dict):
+        raise TypeError("loss_mask takes a list of messages, got dict (a whole row?): pass row['messages']")
+    if isinstance(messages, (str, bytes, bytearray)) or not hasattr(messages, "__iter__"):
+        raise TypeError(f"loss_mask takes a list of messages, got {type(messages).__name__} {messages!r:.60}: pass "
+                        "a row's messages, e.g. loss_mask(row['messages'])")
 
 
 def unroll(entry, raw, cuts):
