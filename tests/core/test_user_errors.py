@@ -159,3 +159,21 @@ def test_loss_mask_refuses_what_is_not_a_message_list(given, said):
         wai.loss_mask(value)
     assert wai.loss_mask(row["messages"]) == row["loss_mask"]
     assert wai.loss_mask(iter(row["messages"]), mode="final") == [0, 0, 0, 1]
+
+
+@pytest.mark.parametrize("value", [None, [ROW], 3])
+def test_load_run_and_read_jsonl_say_they_take_a_path(value):
+    # pathlib's "expected str, bytes or os.PathLike object, not list" named neither the function nor the argument
+    with pytest.raises(TypeError, match=rf"^load_run takes the path of a \.jsonl run \(str or os\.PathLike\), got "
+                                        rf"{type(value).__name__}"):
+        wai.load_run(value)
+    with pytest.raises(TypeError, match=rf"^read_jsonl takes the path of a \.jsonl file \(str or os\.PathLike\), "
+                                        rf"got {type(value).__name__}"):
+        list(wai.read_jsonl(value))
+
+
+def test_load_run_takes_a_bytes_path_as_read_jsonl_does(tmp_path):
+    run = tmp_path / "run.jsonl"
+    wai.write_jsonl(run, [ROW])
+    assert list(wai.read_jsonl(bytes(run))) == [ROW]
+    assert list(wai.load_run(bytes(run)).trajectories) == [ROW]  # was pathlib's "argument should be a str ..."

@@ -60,3 +60,13 @@ def refuse_pairs_with_report(pairs, what):
         raise ValueError(f"{what} takes chosen/rejected pairs, and got the (pairs, report) tuple that "
                          f"build_preference_pairs returns: pass its first item: pairs, report = "
                          f"build_preference_pairs(rows); {what}(pairs, ...)")
+
+
+def check_path(path, what, hint):
+    """``path`` as ``str`` or ``os.PathLike`` (bytes are decoded as the OS does); anything else is a
+    TypeError that names the function (``what``), where pathlib's names neither it nor the argument."""
+    if isinstance(path, bytes):
+        return os.fsdecode(path)
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{what} (str or os.PathLike), got {type(path).__name__} {path!r:.60}: {hint}")
+    return path

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import orjson
 
-from .arguments import check_rows
+from .arguments import check_path, check_rows
 from .atomic import atomic_file
 from .errors import BadJsonlError, ExportError
 from .exact_numbers import TOO_DEEP_TO_READ_EXACTLY, exact_numbers, lines_with_runs, too_many_digits
@@ -170,6 +170,8 @@ def read_jsonl(path):
     Reads line by line, so memory does not grow with the file. A line that is not valid UTF-8 JSON
     raises ``BadJsonlError`` naming the file and the 1-based line number.
     """
+    path = check_path(path, "read_jsonl takes the path of a .jsonl file", "e.g. read_jsonl('runs/my_run.jsonl'); "
+                      "rows already in memory need no reading")
     for _, value in iter_jsonl(path):
         yield value
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import orjson
 
+from .arguments import check_path
 from .errors import BadRowError, ExportError, SourceChangedError
 from .jsonl import iter_jsonl, looks_like_json_text, read_json, require_file, sha256_of
 from .text import text
@@ -160,7 +161,8 @@ def read_sidecar_file(meta):
 
 def load_run(path) -> Run:
     """Open a run: its JSONL rows (streamed on each iteration) and the sidecar's prompt and tools."""
-    path = Path(path).expanduser()
+    path = Path(check_path(path, "load_run takes the path of a .jsonl run", "e.g. load_run('runs/my_run.jsonl'); "
+                           "rows already in memory need no loading")).expanduser()
     require_file(path, "run file", "pass the path of a .jsonl run")
     system, tools, meta = read_sidecar(path)
     profile = Profile(policy=system or "", tools=tools or [], source="sidecar")
