@@ -177,3 +177,10 @@ def test_load_run_takes_a_bytes_path_as_read_jsonl_does(tmp_path):
     wai.write_jsonl(run, [ROW])
     assert list(wai.read_jsonl(bytes(run))) == [ROW]
     assert list(wai.load_run(bytes(run)).trajectories) == [ROW]  # was pathlib's "argument should be a str ..."
+
+
+@pytest.mark.parametrize("value", [None, [ROW], "Where is order 7?"])
+def test_conversation_says_it_takes_one_row(value):
+    # "'NoneType' object has no attribute 'get'"
+    with pytest.raises(TypeError, match=rf"^conversation takes one row \(a dict\), got {type(value).__name__}"):
+        wai.conversation(value)

@@ -8,6 +8,9 @@ def conversation(row, tool_text=True) -> list:
 
     ``tool_text=False`` leaves tool results empty, for callers that only read what the agent said.
     """
+    if not isinstance(row, dict):  # not "'NoneType' object has no attribute 'get'"
+        hint = "pass one row, e.g. conversation(rows[0])" if isinstance(row, list) else "pass a trajectory row"
+        raise TypeError(f"conversation takes one row (a dict), got {type(row).__name__} {row!r:.60}: {hint}")
     messages = []
     opener = text(row.get("opener") or "")
     if opener:
