@@ -484,10 +484,12 @@ def _root_of(run_config, home):
     """The storage root of the run: ``--home``, else the run config's ``resources.storage.config.root``.
     The steps read and write under the latter when it is set, so the run file is registered (and the run
     locked) there too; a root given both ways that differs is bad usage."""
+    from whileai_pipeline.defs.config import env_text
+
     resources = run_config.get("resources")
     storage = resources.get("storage") if isinstance(resources, dict) else None
     config = storage.get("config") if isinstance(storage, dict) else None
-    root = config.get("root") if isinstance(config, dict) else None
+    root = env_text(config.get("root")) if isinstance(config, dict) else None  # {env: NAME}: Dagster reads it
     if not root or not isinstance(root, str):  # a wrong type is Dagster's to report (exit 2)
         return home
     if home and Path(home).expanduser().resolve() != Path(root).expanduser().resolve():
@@ -525,13 +527,14 @@ def _import_callables(run_config):
     """Import the configured scorer and judge now: one that cannot be imported is bad usage, found
     before the run starts rather than two steps into it (ScorerError is a ValueError)."""
     from whileai_pipeline.core.scoring import load_callable, resolve_scorer
+    from whileai_pipeline.defs.config import env_text
 
     ops = run_config.get("ops") or {}
 
     def option(op, name):  # any shape: Dagster's own check reports a wrong one (exit 2)
         block = ops.get(op) if isinstance(ops, dict) else None
         config = block.get("config") if isinstance(block, dict) else None
-        return config.get(name) if isinstance(config, dict) else None
+        return env_text(config.get(name)) if isinstance(config, dict) else None  # {env: NAME}: its value
 
     if option("scored_simulation_data", "scorer"):
         resolve_scorer(option("scored_simulation_data", "scorer"))

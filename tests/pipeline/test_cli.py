@@ -483,6 +483,37 @@ def test_a_storage_root_in_an_ops_config_is_where_the_run_is_registered(home, tm
     assert err.startswith("whileai-pipeline: error: the config file sets resources.storage.config.root"), err
 
 
+def test_values_an_ops_config_reads_from_the_environment_are_used_by_the_cli(home, tmp_path, monkeypatch, capsys):
+    """Dagster's ``{env: NAME}`` in an ``ops:`` file (a text, integer or boolean option, the storage root): the
+    CLI refused a scorer or a cap given so (``Input should be a valid string``, exit 2), and registered the run
+    under its own root while the steps read the one the variable names."""
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.setenv("WHILEAI_PIPELINE_HOME", str(home))
+    other = tmp_path / "other"
+    monkeypatch.setenv("WAI_TEST_ROOT", str(other))
+    monkeypatch.setenv("WAI_TEST_SCORER", "existing")
+    monkeypatch.setenv("WAI_TEST_CAP", "200")
+    config = tmp_path / "run_config.yaml"
+    config.write_text("ops:\n  scored_simulation_data:\n    config:\n      scorer: {env: WAI_TEST_SCORER}\n"
+                      "  sft_export:\n    config:\n      max_tool_output_chars: {env: WAI_TEST_CAP}\n"
+                      "resources:\n  storage:\n    config:\n      root: {env: WAI_TEST_ROOT}\n")
+    assert cli_module.main(["run", str(SAMPLE), "--config", str(config)]) == 0, capsys.readouterr()
+    assert (other / "published" / "support_orders" / "sft.openai.jsonl").is_file()
+    assert not (home / "inbox").exists()
+    capsys.readouterr()
+
+    monkeypatch.setenv("WAI_TEST_SCORER", "no_such_module_here:score")  # checked as the value it reads
+    assert cli_module.main(["run", str(SAMPLE), "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("whileai-pipeline: error:") and "no_such_module_here" in err and "Traceback" not in err, err
+    monkeypatch.delenv("WAI_TEST_CAP")
+    assert cli_module.main(["run", str(SAMPLE), "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "max_tool_output_chars is read from the environment variable WAI_TEST_CAP, which is not set" in err, err
+
+
 def test_a_bad_cron_variable_is_bad_usage_naming_the_variable(home, tmp_path):
     """It stopped every command with Dagster's traceback, which names the schedule, not the variable."""
     proc = cli(["demo"], home, tmp_path, extra_env={"WHILEAI_PIPELINE_CRON": "every day"})

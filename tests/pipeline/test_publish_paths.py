@@ -182,6 +182,35 @@ def test_a_bad_option_value_in_a_dagster_run_config_fails_before_anything_change
     assert tree_bytes(chain.storage.published_dir(key)) == before
 
 
+def test_option_values_taken_from_the_environment_in_a_dagster_run_config_are_read_not_refused(chain, monkeypatch):
+    """Dagster's run config takes ``{env: NAME}`` for a string, integer or boolean option (the launchpad and
+    ``dagster asset materialize -c`` show it in the schema); the check of every asset's options that each step
+    makes first read that mapping itself as the value and failed the run with ``Input should be a valid
+    integer`` before anything ran. The value read from the environment is checked instead: a good one runs,
+    a bad one fails as the same value written in the file does."""
+    key = chain.register()
+    monkeypatch.setenv("WAI_TEST_CAP", "200")
+    monkeypatch.setenv("WAI_TEST_UNROLL", "true")
+    monkeypatch.setenv("WAI_TEST_SCORER", "existing")
+    monkeypatch.setenv("WAI_TEST_FORMAT", "trl")
+    run_config = {"ops": {
+        "scored_simulation_data": {"config": {"scorer": {"env": "WAI_TEST_SCORER"}}},
+        "sft_export": {"config": {"max_tool_output_chars": {"env": "WAI_TEST_CAP"}, "unroll": {"env": "WAI_TEST_UNROLL"},
+                                  "formats": [{"env": "WAI_TEST_FORMAT"}]}}}}
+    result = chain.materialize(key, run_config=run_config)
+    assert result.success, [e.event_specific_data.error.message for e in result.all_events
+                            if e.event_type_value == "STEP_FAILURE"]
+    config = materialization(result, "sft_export")["config"].value
+    assert (config["max_tool_output_chars"], config["unroll"], config["formats"]) == (200, True, ["trl"])
+
+    monkeypatch.setenv("WAI_TEST_CAP", "-5")  # what the file could not say either
+    result = chain.materialize(key, run_config=run_config)
+    assert not result.success
+    assert executed_steps(result) == {"raw_simulation_data"}
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "bad value for sft_export: max_tool_output_chars must be 0 or more" in failure.event_specific_data.error.message
+
+
 KILL_AFTER_FIRST_RENAME = """
 import os, signal, sys, types
 import dagster as dg

@@ -19,6 +19,7 @@ Dagster run config, sending shared names (formats, strip_think, validate) to bot
 
 import difflib
 import enum
+import os
 from typing import List, Optional
 
 import dagster as dg
@@ -298,6 +299,7 @@ def _check_op_configs(ops):
 
 def _check_values(asset, cls, values):
     """``values`` as ``asset``'s config class ``cls`` takes them, else a one-line ConfigFileError."""
+    values = {k: _from_env(asset, cls, k, v) for k, v in values.items()}
     try:
         cls(**{k: _enum_value(cls, k, v) for k, v in values.items()})
     except Exception as exc:  # pydantic.ValidationError and our ValueErrors
@@ -327,6 +329,46 @@ def _describe(exc) -> str:
             text += f" (got {item['input']!r})"
         parts.append(text)
     return "; ".join(parts) or str(exc)
+
+
+def _env_name(value):
+    """NAME of Dagster's ``{env: NAME}`` (a value its run config reads from the environment), else None."""
+    if isinstance(value, dict) and len(value) == 1 and isinstance(value.get("env"), str):
+        return value["env"]
+    return None
+
+
+def env_text(value):
+    """``value``, or the text of the environment variable it names when it is Dagster's ``{env: NAME}`` (None
+    when that variable is not set): for code that reads a text option of a run config before Dagster does."""
+    name = _env_name(value)
+    return value if name is None else os.environ.get(name)
+
+
+def _from_env(asset, cls, key, value):
+    """``value`` as the step gets it: Dagster reads ``{env: NAME}`` (for a text, integer or boolean option, or a
+    ``formats`` entry) from the environment and converts it as here (``IntSource``, ``BoolSource``), so the
+    checks see the value, not the mapping. A variable that is not set is said here, as Dagster says it."""
+    if isinstance(value, list):
+        return [_from_env(asset, cls, key, item) for item in value]
+    name = _env_name(value)
+    if name is None:
+        return value
+    text = os.environ.get(name)
+    if text is None:
+        raise ConfigFileError(f"bad value for {asset}: {key} is read from the environment variable {name}, "
+                              "which is not set")
+    field = cls.model_fields.get("validate_gates" if key == "validate" else key)
+    annotation = getattr(field, "annotation", None)
+    if annotation is bool:
+        return text.lower() not in ("false", "none", "0", "")  # as Dagster's BoolSource reads it
+    if annotation in (int, Optional[int]):
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigFileError(f"bad value for {asset}: {key} must be an integer, but the environment "
+                                  f"variable {name} holds {text!r}") from None
+    return text
 
 
 def _enum_value(cls, key, value):
