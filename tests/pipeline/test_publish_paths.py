@@ -182,6 +182,22 @@ def test_a_bad_option_value_in_a_dagster_run_config_fails_before_anything_change
     assert tree_bytes(chain.storage.published_dir(key)) == before
 
 
+@pytest.mark.parametrize("key", ["has space", "../escape"])
+def test_a_partition_added_by_hand_with_a_name_the_storage_refuses_fails_its_step_with_that_message(chain, key):
+    """The UI's "Add partition" takes any name. Materializing such a partition failed ``raw_simulation_data`` with
+    a ValueError raised from user code (Dagster's "Error occurred while executing op" and a stack trace) rather
+    than a step failure that says only what is wrong and what to do, as every other refusal of a step does."""
+    chain.instance.add_dynamic_partitions(PARTITIONS_NAME, [key])
+    result = chain.materialize(key)
+    assert not result.success
+    assert executed_steps(result) == {"raw_simulation_data"}
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    error = failure.event_specific_data.error
+    assert error.cls_name == "Failure", error.cls_name
+    assert f"partition {key!r} is not a run name this pipeline can store" in error.message
+    assert "whileai-pipeline register FILE" in error.message
+
+
 def test_option_values_taken_from_the_environment_in_a_dagster_run_config_are_read_not_refused(chain, monkeypatch):
     """Dagster's run config takes ``{env: NAME}`` for a string, integer or boolean option (the launchpad and
     ``dagster asset materialize -c`` show it in the schema); the check of every asset's options that each step

@@ -38,8 +38,8 @@ from .config import (FORMATS, ConfigFileError, DpoExportConfig, OnBadLine, Pairs
 from .partitions import simulation_runs
 from . import journal
 from .publishing import GATES, discard, failed_gates, publish, reject, rejected_dir_name, report_file, same_refusal
-from .resources import (ENV_SETTLE, PartitionLockedError, PipelineStorage, copy_atomic, fingerprint, incoming_path,
-                        meta_path_for)
+from .resources import (ENV_SETTLE, PartitionLockedError, PipelineStorage, checked_key, copy_atomic, fingerprint,
+                        incoming_path, meta_path_for)
 from .summaries import RawStats, dpo_numbers, export_summary_markdown, raw_facts, real, sft_numbers
 
 GROUP = "whileai"
@@ -87,6 +87,10 @@ def _one_process_per_run(body):
         except ConfigFileError as exc:
             raise dg.Failure(description=f"{exc}. Nothing was changed by this step: fix the run config "
                              "and launch the run again.") from None
+        try:  # a partition added by hand (the UI's "Add partition" takes any name): said as the step's failure
+            checked_key(context.partition_key)
+        except ValueError as exc:
+            raise dg.Failure(description=str(exc)) from None
         try:
             with storage.partition_lock(context.partition_key, on_wait=context.log.info):
                 # a killed step's renames (a stage and its sidecar, a publish), done half-way: finished
