@@ -182,6 +182,32 @@ def test_a_bad_option_value_in_a_dagster_run_config_fails_before_anything_change
     assert tree_bytes(chain.storage.published_dir(key)) == before
 
 
+@pytest.mark.parametrize("asset, values, said", [
+    ("sft_export", {"formats": ["openai", "openai"]}, "bad value for sft_export: formats lists a format twice"),
+    ("preference_pairs", {"min_margin": -1.0}, "bad value for preference_pairs: min_margin must be positive"),
+    ("scored_simulation_data", {"scorer": "nonsense"}, "bad value for scored_simulation_data: scorer must be"),
+])
+def test_a_bad_option_of_the_one_asset_selected_fails_its_step_with_the_message_not_a_traceback(published, asset,
+                                                                                                 values, said):
+    """``dagster asset materialize --select <asset> -c`` (or the launchpad) with a bad value for that asset: Dagster
+    builds the asset's config before the step's own check of the run config runs, so the step failed with
+    pydantic's ValidationError inside Dagster's "Error occurred while executing op" and a stack trace (its
+    ``[type=value_error, ...]`` and pydantic.dev link included), not with the one-line message the same value
+    gets when another step checks it first."""
+    chain, key, before = published
+    stages = tree_bytes(chain.storage.stage_dir(key))
+    result = chain.materialize(key, run_config={"ops": {asset: {"config": values}}}, selection=[asset])
+    assert not result.success
+    assert executed_steps(result) == {asset}
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE").event_specific_data
+    assert failure.user_failure_data is not None, failure.error.cls_name  # a Failure, not an error in user code
+    description = failure.user_failure_data.description
+    assert said in description and "pydantic" not in description, description
+    assert "Nothing was changed by this step" in description
+    assert tree_bytes(chain.storage.stage_dir(key)) == stages
+    assert tree_bytes(chain.storage.published_dir(key)) == before
+
+
 @pytest.mark.parametrize("key", ["has space", "../escape"])
 def test_a_partition_added_by_hand_with_a_name_the_storage_refuses_fails_its_step_with_that_message(chain, key):
     """The UI's "Add partition" takes any name. Materializing such a partition failed ``raw_simulation_data`` with

@@ -33,7 +33,7 @@ from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callabl
                                            score_file, score_stats_of_file)
 
 from .code_fingerprint import code_fingerprint
-from .config import (FORMATS, ConfigFileError, DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreConfig,
+from .config import (FIX_RUN_CONFIG, FORMATS, ConfigFileError, DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreConfig,
                      SftExportConfig, as_run_config, check_run_config)
 from .partitions import simulation_runs
 from . import journal
@@ -85,8 +85,7 @@ def _one_process_per_run(body):
         try:
             check_run_config(context.run.run_config)
         except ConfigFileError as exc:
-            raise dg.Failure(description=f"{exc}. Nothing was changed by this step: fix the run config "
-                             "and launch the run again.") from None
+            raise dg.Failure(description=f"{exc}. {FIX_RUN_CONFIG}") from None
         try:  # a partition added by hand (the UI's "Add partition" takes any name): said as the step's failure
             checked_key(context.partition_key)
         except ValueError as exc:

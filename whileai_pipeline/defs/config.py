@@ -23,6 +23,7 @@ import os
 from typing import List, Optional
 
 import dagster as dg
+import pydantic
 from pydantic import Field, field_validator
 
 from whileai_pipeline.core.gates import FORMATS
@@ -64,7 +65,32 @@ def _check_callable_spec(value, what, allow_builtin=()):
     return value
 
 
-class RawConfig(dg.Config):
+FIX_RUN_CONFIG = "Nothing was changed by this step: fix the run config and launch the run again."
+
+
+class OptionsFailure(dg.Failure):
+    """An option value an asset's config class refuses, as the failure of the step that was given it; ``error`` is
+    pydantic's ValidationError."""
+
+    def __init__(self, description, error):
+        super().__init__(description=description)
+        self.error = error
+
+
+class _Options(dg.Config):
+    """An asset's options. Dagster builds the config object in the step, before the asset's code (and its check
+    of the whole run config) runs: a value the validators refuse would fail the step as an error in user code,
+    pydantic's text in a stack trace. It fails as a ``Failure`` with the one-line message instead."""
+
+    def __init__(self, **data):
+        try:
+            super().__init__(**data)
+        except pydantic.ValidationError as exc:
+            asset = next((name for name, cls in CONFIG_CLASSES.items() if cls is type(self)), type(self).__name__)
+            raise OptionsFailure(f"bad value for {asset}: {_describe(exc)}. {FIX_RUN_CONFIG}", exc) from None
+
+
+class RawConfig(_Options):
     on_bad_line: OnBadLine = Field(
         default=OnBadLine.fail,
         description="fail: an unreadable line fails the step with file:line. quarantine: it is "
@@ -72,7 +98,7 @@ class RawConfig(dg.Config):
     )
 
 
-class ScoreConfig(dg.Config):
+class ScoreConfig(_Options):
     scorer: str = Field(
         default="existing",
         description="existing (keep each row's reward), reference_match (final answer vs. "
@@ -85,7 +111,7 @@ class ScoreConfig(dg.Config):
         return _check_callable_spec(value, "scorer", BUILTIN_SCORERS)
 
 
-class PairsConfig(dg.Config):
+class PairsConfig(_Options):
     max_pairs_per_prompt: int = Field(default=1, description="Pairs at most per prompt group.")
     min_margin: float = Field(default=1.0, description="Smallest chosen-minus-rejected reward (> 0).")
     length_match: bool = Field(default=True, description="Pick the rejected reply closest in length.")
@@ -119,7 +145,7 @@ class PairsConfig(dg.Config):
         return _check_callable_spec(value, "judge", ("",))
 
 
-class SftExportConfig(dg.Config):
+class SftExportConfig(_Options):
     formats: List[str] = Field(default=list(FORMATS), description="Any of openai, trl.")
     mask_mode: MaskMode = Field(default=MaskMode.assistant, description="assistant or final.")
     unroll: bool = Field(default=False, description="One sample per assistant turn.")
@@ -158,7 +184,7 @@ class SftExportConfig(dg.Config):
         return value
 
 
-class DpoExportConfig(dg.Config):
+class DpoExportConfig(_Options):
     formats: List[str] = Field(default=list(FORMATS), description="Any of openai, trl.")
     strip_think: bool = Field(default=True, description="Remove `<think>` blocks from assistant turns.")
     validate_gates: bool = Field(
@@ -302,8 +328,8 @@ def _check_values(asset, cls, values):
     values = {k: _from_env(asset, cls, k, v) for k, v in values.items()}
     try:
         cls(**{k: _enum_value(cls, k, v) for k, v in values.items()})
-    except Exception as exc:  # pydantic.ValidationError and our ValueErrors
-        raise ConfigFileError(f"bad value for {asset}: {_describe(exc)}") from None
+    except Exception as exc:  # OptionsFailure (pydantic's ValidationError) and our ValueErrors
+        raise ConfigFileError(f"bad value for {asset}: {_describe(getattr(exc, 'error', exc))}") from None
 
 
 def _describe(exc) -> str:
