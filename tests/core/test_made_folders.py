@@ -86,3 +86,12 @@ def test_make_parents_removes_what_it_made_when_a_deeper_mkdir_is_refused(tmp_pa
     with pytest.raises(PermissionError):
         make_parents(tmp_path / "a" / "b" / "c")
     assert _tree(tmp_path) == []
+
+
+def test_a_file_where_the_folder_goes_is_the_error_it_always_was(tmp_path):
+    (tmp_path / "stage").write_bytes(b"")
+    with pytest.raises(FileExistsError):
+        make_parents(tmp_path / "stage")
+    with pytest.raises(NotADirectoryError):
+        make_parents(tmp_path / "stage" / "inner" / "deeper")
+    assert _tree(tmp_path) == ["stage"]

@@ -237,8 +237,8 @@ def test_option_values_taken_from_the_environment_in_a_dagster_run_config_are_re
     monkeypatch.setenv("WAI_TEST_FORMAT", "trl")
     run_config = {"ops": {
         "scored_simulation_data": {"config": {"scorer": {"env": "WAI_TEST_SCORER"}}},
-        "sft_export": {"config": {"max_tool_output_chars": {"env": "WAI_TEST_CAP"}, "unroll": {"env": "WAI_TEST_UNROLL"},
-                                  "formats": [{"env": "WAI_TEST_FORMAT"}]}}}}
+        "sft_export": {"config": {"max_tool_output_chars": {"env": "WAI_TEST_CAP"},
+                                  "unroll": {"env": "WAI_TEST_UNROLL"}, "formats": [{"env": "WAI_TEST_FORMAT"}]}}}}
     result = chain.materialize(key, run_config=run_config)
     assert result.success, [e.event_specific_data.error.message for e in result.all_events
                             if e.event_type_value == "STEP_FAILURE"]
@@ -250,7 +250,8 @@ def test_option_values_taken_from_the_environment_in_a_dagster_run_config_are_re
     assert not result.success
     assert executed_steps(result) == {"raw_simulation_data"}
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
-    assert "bad value for sft_export: max_tool_output_chars must be 0 or more" in failure.event_specific_data.error.message
+    message = failure.event_specific_data.error.message
+    assert "bad value for sft_export: max_tool_output_chars must be 0 or more" in message
 
 
 KILL_AFTER_FIRST_RENAME = """

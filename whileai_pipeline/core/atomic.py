@@ -112,22 +112,26 @@ def make_parents(directory) -> list:
     """Create ``directory`` and whichever of its parents are missing; return the ones this call created,
     outermost first, so that a write which then fails can take them away again (``remove_made``)
     instead of leaving empty folders behind. One level at a time: a folder another process creates
-    meanwhile is not counted as ours."""
+    meanwhile is not counted as ours. Errors are ``Path.mkdir(parents=True, exist_ok=True)``'s (a file
+    where a folder goes: FileExistsError)."""
     directory = Path(directory)
     missing = []
-    while not directory.is_dir() and directory != directory.parent:
-        missing.append(directory)
-        directory = directory.parent
+    probe = directory
+    while not os.path.lexists(probe) and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
     made = []
-    for folder in reversed(missing):
-        try:
-            folder.mkdir()
-        except FileExistsError:
-            continue
-        except OSError:
-            remove_made(made)
-            raise
-        made.append(folder)
+    try:
+        for folder in reversed(missing):
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                continue
+            made.append(folder)
+        directory.mkdir(parents=True, exist_ok=True)  # nothing left to make: it raises what stands in the way
+    except OSError:
+        remove_made(made)
+        raise
     return made
 
 

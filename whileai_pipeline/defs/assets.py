@@ -33,8 +33,8 @@ from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callabl
                                            score_file, score_stats_of_file)
 
 from .code_fingerprint import code_fingerprint
-from .config import (FIX_RUN_CONFIG, FORMATS, ConfigFileError, DpoExportConfig, OnBadLine, PairsConfig, RawConfig, ScoreConfig,
-                     SftExportConfig, as_run_config, check_run_config)
+from .config import (FIX_RUN_CONFIG, FORMATS, ConfigFileError, DpoExportConfig, OnBadLine, PairsConfig, RawConfig,
+                     ScoreConfig, SftExportConfig, as_run_config, check_run_config)
 from .partitions import simulation_runs
 from . import journal
 from .publishing import GATES, discard, failed_gates, publish, reject, rejected_dir_name, report_file, same_refusal
