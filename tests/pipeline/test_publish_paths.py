@@ -591,3 +591,46 @@ def test_a_rejection_refused_half_way_leaves_no_folder_without_its_gates_json(tm
         "gates.json", "sft.openai.jsonl", "sft.openai.report.json", "sft.trl.jsonl", "sft.trl.report.json"]
     assert outcomes["trl"]["path"] == str(folder / "sft.trl.jsonl")
     assert orjson.loads((folder / "sft.trl.report.json").read_bytes())["path"] == str(folder / "sft.trl.jsonl")
+
+
+KILL_WHILE_REJECTING = """
+import os, signal, sys
+import dagster as dg
+from whileai_pipeline.defs import publishing
+from whileai_pipeline.defs.assets import ASSETS
+from whileai_pipeline.defs.checks import CHECKS
+from whileai_pipeline.defs.resources import PipelineStorage
+
+real = publishing.write_json
+
+def die_at_gates(path, value, **kwargs):  # the candidates are in the hidden folder, its gates.json not yet
+    if path.name == "gates.json":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(path, value, **kwargs)
+
+publishing.write_json = die_at_gates
+with dg.DagsterInstance.ephemeral() as instance:
+    instance.add_dynamic_partitions("simulation_runs", [sys.argv[2]])
+    dg.materialize([*ASSETS, *CHECKS], instance=instance, partition_key=sys.argv[2],
+                   resources={"storage": PipelineStorage(root=sys.argv[1])},
+                   selection=["raw_simulation_data", "scored_simulation_data", "sft_export"])
+"""
+
+
+def test_a_refusal_killed_half_way_leaves_no_hidden_copy_once_the_run_publishes(published):
+    """A step killed while it moved a refused candidate under ``rejected/<run>/`` left the hidden
+    ``.<time>-<id>-sft.partial`` folder, a whole copy of the candidate export. Only a later refusal of the
+    run removed it: once the run's input was fixed and it published, the copy stayed for good."""
+    chain, key, before = published
+    rows, _ = leaking_rows()
+    chain.register(rows)
+    killed = subprocess.run([sys.executable, "-c", KILL_WHILE_REJECTING, str(chain.storage.base), key],
+                            capture_output=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    rejected = chain.storage.rejected_root(key)
+    assert [p.name for p in rejected.glob(".*.partial")], "the kill came before the folder was filled"
+    assert tree_bytes(chain.storage.published_dir(key)) == before
+
+    chain.register(_new_version())
+    assert chain.materialize(key).success
+    assert not rejected.exists() or sorted(p.name for p in rejected.iterdir()) == []

@@ -49,6 +49,7 @@ DEFAULT_HOME = "whileai_data"
 RUN_SUFFIX = ".jsonl"
 META_SUFFIX = ".meta.json"
 LEFTOVER_SUFFIXES = (TMP_SUFFIX, ".incoming", ".readable")  # what a step writes before it renames
+PARTIAL_SUFFIX = ".partial"  # a rejected/<run>/ folder being filled (publishing.reject)
 _BAD_KEY_CHARS = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
@@ -231,7 +232,9 @@ class PipelineStorage(dg.ConfigurableResource):
 
     def remove_leftovers(self, key: str) -> list:
         """Remove what killed steps of run ``key`` left in its stage and published folders: temp and part
-        files (``.….tmp``) and snapshots being taken (``.….incoming``, ``.….readable``); returns their names.
+        files (``.….tmp``) and snapshots being taken (``.….incoming``, ``.….readable``), and in its rejected
+        folder a refusal's hidden folder being filled (``.….partial``, a whole copy of the candidates: only a
+        later refusal of the run removed it); returns their names.
 
         Call it holding the run's lock: no other step of the run is writing then, so each such file is a
         leftover whatever pid its name holds. The library's own cleanup (``clean_stale_temps``) keeps the
@@ -249,6 +252,13 @@ class PipelineStorage(dg.ConfigurableResource):
                     with contextlib.suppress(FileNotFoundError):
                         (folder / name).unlink()
                         removed.append(name)
+        rejected = self.rejected_root(key)
+        with contextlib.suppress(OSError):
+            for name in os.listdir(rejected):
+                if name.startswith(".") and name.endswith(PARTIAL_SUFFIX) and not (rejected / name).is_symlink() \
+                        and (rejected / name).is_dir():
+                    shutil.rmtree(rejected / name, ignore_errors=True)
+                    removed.append(name)
         return removed
 
     # ------------------------------------------------------------------ files
