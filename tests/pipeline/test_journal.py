@@ -3,7 +3,9 @@ all), a crash is completed by the next step (``finish_all``)."""
 
 import errno
 import os
+import shutil
 
+import orjson
 import pytest
 
 from whileai_pipeline.defs import journal
@@ -223,3 +225,49 @@ def test_an_undo_journal_the_disk_cannot_take_leaves_the_refusal_raised_and_the_
     assert any("putting back the files already replaced failed too" in note for note in raised.value.__notes__)
     assert not journal.undoing(jpath)
     assert journal.replaced(jpath) == [str(out / "sft.openai.jsonl"), str(out / "sft.openai.report.json")]
+
+
+def _killed_after_the_first_rename(monkeypatch, jpath, moves, remove, out):
+    real = os.replace
+
+    def replace_then_die(src, dst):
+        real(src, dst)
+        if os.path.dirname(dst) == str(out):
+            raise Killed
+
+    monkeypatch.setattr(os, "replace", replace_then_die)
+    with pytest.raises(Killed):
+        journal.commit(jpath, moves, remove)
+    monkeypatch.undo()
+
+
+@pytest.mark.parametrize("how", ["moved", "copied"])
+def test_a_journal_is_finished_where_the_storage_root_now_is(export, monkeypatch, tmp_path, how):
+    """The journal named its files by absolute path. A storage root moved (or copied, the old one kept) after a
+    step was killed between two renames: the next step found none of the staged files at their old paths, did
+    nothing and deleted the journal, leaving the new openai file beside the old trl files for good; with the
+    old root kept, it completed the publish there instead, in a folder no step reads any more."""
+    stage, jpath, moves, remove, out = export
+    _killed_after_the_first_rename(monkeypatch, jpath, moves, remove, out)
+    old = _snapshot(out)
+    new_root = tmp_path / "elsewhere"
+    new_root.mkdir()
+    for name in ("stages", "published"):
+        (os.rename if how == "moved" else shutil.copytree)(tmp_path / name, new_root / name)
+    new_stage, new_out = new_root / "stages" / "run", new_root / "published" / "run"
+    assert journal.finish_all(new_stage) == [str(new_stage / "candidates" / "0123abcd" / jpath.name)]
+    assert {p.name: p.read_bytes() for p in new_out.iterdir()} == NEW
+    assert _left_in(new_stage / "candidates" / "0123abcd") == []
+    if how == "copied":
+        assert _snapshot(out) == old  # the root left behind is not written to
+
+
+
+def test_a_journal_an_earlier_version_wrote_with_absolute_names_is_still_finished(export):
+    """Journals left by a step of the version before names were relative (an upgrade between a crash and the
+    next step) hold absolute names: they read as themselves."""
+    stage, jpath, moves, remove, out = export
+    jpath.write_bytes(orjson.dumps({"moves": [[str(s), str(d)] for s, d in moves],
+                                    "remove": [str(p) for p in remove], "kept": {}}))
+    assert journal.finish_all(stage) == [str(jpath)]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == NEW

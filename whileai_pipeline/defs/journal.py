@@ -19,6 +19,9 @@ A set of renames a step could not complete is settled in one of two directions:
   filesystem) cannot be put back: that journal is left as it is, naming what was replaced, and so is an
   undo that was refused too; the run's next step settles either (``finish_all``), so the folder holding
   a journal is kept (``left_in``).
+
+A journal names its files relative to its own folder: a storage root moved or copied after a crash is
+finished where it now is (absolute names, as journals of earlier versions hold, read as themselves).
 """
 
 import contextlib
@@ -50,8 +53,7 @@ def commit(journal: Path, moves, remove=()) -> None:
             except OSError:  # another filesystem (EXDEV), a file the kernel will not link (EPERM)
                 copy = None
             kept[path] = copy
-    write_json(journal, {"moves": [[str(staged), str(dest)] for staged, dest in moves],
-                         "remove": [str(path) for path in remove], "kept": kept})
+    _write(journal, [[str(staged), str(dest)] for staged, dest in moves], [str(path) for path in remove], kept=kept)
     try:
         finish(journal)
     except OSError as exc:
@@ -62,11 +64,39 @@ def commit(journal: Path, moves, remove=()) -> None:
         raise
 
 
+def _write(journal: Path, moves, remove, **extra) -> None:
+    """Write a journal, its paths relative to its folder (``_read`` makes them whole again)."""
+    here = os.path.dirname(os.path.abspath(journal))
+
+    def rel(path):
+        return os.path.relpath(path, here)
+
+    if "kept" in extra:
+        extra["kept"] = {rel(path): rel(copy) if copy else None for path, copy in extra["kept"].items()}
+    write_json(journal, {"moves": [[rel(staged), rel(dest)] for staged, dest in moves],
+                         "remove": [rel(path) for path in remove], **extra})
+
+
+def _read(journal: Path) -> dict:
+    """A journal with the paths it names made whole from its folder, where that folder is now."""
+    plan = orjson.loads(Path(journal).read_bytes())
+    here = os.path.dirname(os.path.abspath(journal))
+
+    def whole(path):
+        return os.path.normpath(os.path.join(here, path))  # an absolute name stays as it is
+
+    plan["moves"] = [[whole(staged), whole(dest)] for staged, dest in plan["moves"]]
+    plan["remove"] = [whole(path) for path in plan["remove"]]
+    if plan.get("kept"):
+        plan["kept"] = {whole(path): whole(copy) if copy else None for path, copy in plan["kept"].items()}
+    return plan
+
+
 def finish(journal: Path) -> None:
     """Carry out a journal: rename every staged file still in place onto its destination, remove the
     paths to remove, then delete the kept copies and the journal. Run again after a crash, it does what is
     left (a staged file already renamed is no longer there)."""
-    plan = orjson.loads(Path(journal).read_bytes())
+    plan = _read(journal)
     touched = set()
     for staged, dest in plan["moves"]:
         if os.path.lexists(staged):
@@ -92,7 +122,7 @@ def rollback(journal: Path) -> bool:
 
     The undoing is itself a journal written over this one (``undo``: the kept copies are its staged
     files), so a crash half-way through it is completed by ``finish_all`` like any other."""
-    plan = orjson.loads(Path(journal).read_bytes())
+    plan = _read(journal)
     kept = plan.get("kept") or {}
     moves, remove = [], []
     for staged, dest in plan["moves"]:
@@ -113,14 +143,14 @@ def rollback(journal: Path) -> bool:
         if copy and copy not in restored:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(copy)
-    write_json(journal, {"moves": moves, "remove": remove, "undo": True})
+    _write(journal, moves, remove, undo=True)
     finish(journal)
     return True
 
 
 def replaced(journal: Path) -> list:
     """The destinations that hold a new file of ``journal`` (a journal ``commit`` left after a refusal)."""
-    plan = orjson.loads(Path(journal).read_bytes())
+    plan = _read(journal)
     if plan.get("undo"):  # a rollback that failed half-way: what it has not put back yet
         return [dest for copy, dest in plan["moves"] if os.path.lexists(copy)] + [
             path for path in plan["remove"] if os.path.lexists(path)]
