@@ -271,3 +271,15 @@ def test_a_journal_an_earlier_version_wrote_with_absolute_names_is_still_finishe
                                     "remove": [str(p) for p in remove], "kept": {}}))
     assert journal.finish_all(stage) == [str(jpath)]
     assert {p.name: p.read_bytes() for p in out.iterdir()} == NEW
+
+
+def test_a_journal_whose_destination_folder_was_removed_is_finished_without_it(export, monkeypatch):
+    """``published/<run>/`` removed by hand after a step was killed between two renames (the export looked
+    broken, so it was cleared): every later step of the run failed on the journal (``No such file or
+    directory``), however often it was materialized again."""
+    stage, jpath, moves, remove, out = export
+    _killed_after_the_first_rename(monkeypatch, jpath, moves, remove, out)
+    shutil.rmtree(out)
+    assert journal.finish_all(stage) == [str(jpath)]
+    assert not out.exists()  # not made again to hold the part of the export that was not yet renamed
+    assert journal.pending(stage) == []

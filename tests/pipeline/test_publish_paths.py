@@ -3,6 +3,7 @@ format with no row, a run that leaves the gate checks out, a trainer that reads 
 
 import errno
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -634,3 +635,25 @@ def test_a_refusal_killed_half_way_leaves_no_hidden_copy_once_the_run_publishes(
     chain.register(_new_version())
     assert chain.materialize(key).success
     assert not rejected.exists() or sorted(p.name for p in rejected.iterdir()) == []
+
+
+def test_a_published_folder_cleared_after_a_killed_publish_does_not_fail_every_later_step(published):
+    """A publish killed between two renames, then ``published/<run>/`` removed by hand (it held a new file
+    beside old ones): every later step of the run, the raw stage included, failed on the killed step's
+    journal ("No such file or directory ... then materialize again"), however often it was materialized."""
+    chain, key, _ = published
+    chain.register(_new_version())
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_FIRST_RENAME, str(chain.storage.base), key],
+                            capture_output=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    assert len(journal.pending(chain.storage.stage_dir(key))) == 1
+    shutil.rmtree(chain.storage.published_dir(key))
+
+    result = chain.materialize(key, selection=SFT_CHAIN)
+    assert result.success, [e.event_specific_data.error.message for e in result.all_events
+                            if e.event_type_value == "STEP_FAILURE"]
+    assert journal.pending(chain.storage.stage_dir(key)) == []
+    for fmt, (sha, report) in _sft_files(chain, key).items():
+        assert report["sha256"] == sha
+        assert all(" (v2)" in orjson.dumps(row).decode()
+                   for row in read_rows(chain.storage.published_path(key, "sft", fmt)))

@@ -92,14 +92,18 @@ def _read(journal: Path) -> dict:
     return plan
 
 
-def finish(journal: Path) -> None:
+def finish(journal: Path, recovering: bool = False) -> None:
     """Carry out a journal: rename every staged file still in place onto its destination, remove the
-    paths to remove, then delete the kept copies and the journal. Run again after a crash, it does what is
-    left (a staged file already renamed is no longer there)."""
+    paths to remove, then delete the kept copies and the journal. Run again after a crash (``recovering``),
+    it does what is left (a staged file already renamed is no longer there), and nothing in a destination
+    folder removed since (``published/<run>/`` cleared by hand): that folder is not made again to hold the
+    part of the set not yet renamed."""
     plan = _read(journal)
     touched = set()
     for staged, dest in plan["moves"]:
         if os.path.lexists(staged):
+            if recovering and not os.path.isdir(os.path.dirname(dest)):
+                continue
             os.replace(staged, dest)
             touched.add(os.path.dirname(dest))
     for path in plan["remove"]:
@@ -167,7 +171,7 @@ def finish_all(stage_dir: Path) -> list:
     them. Call it holding the run's lock, before anything else of the run is read or written."""
     journals = pending(stage_dir)
     for journal in journals:
-        finish(journal)
+        finish(journal, recovering=True)
     return [str(j) for j in journals]
 
 
