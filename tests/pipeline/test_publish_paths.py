@@ -657,3 +657,24 @@ def test_a_published_folder_cleared_after_a_killed_publish_does_not_fail_every_l
         assert report["sha256"] == sha
         assert all(" (v2)" in orjson.dumps(row).decode()
                    for row in read_rows(chain.storage.published_path(key, "sft", fmt)))
+
+
+def test_a_published_folder_on_another_filesystem_is_said_so(published, monkeypatch):
+    """``published/<run>/`` made a link (or a mount) to another disk, where the trainers read: each publish
+    failed with ``Invalid cross-device link`` and the advice to make the folder writable, which it was."""
+    chain, key, before = published
+    chain.register(_new_version())
+    folder = chain.storage.published_dir(key)
+    real = os.replace
+
+    def other_disk(src, dst, **kwargs):  # what rename(2) says from stages/ into a folder on another filesystem
+        if os.path.dirname(os.fspath(dst)) == str(folder) and os.path.dirname(os.fspath(src)) != str(folder):
+            raise OSError(errno.EXDEV, "Invalid cross-device link", os.fspath(src), None, os.fspath(dst))
+        return real(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "replace", other_disk)
+    message = _sft_failure(chain.materialize(key, selection=SFT_CHAIN))
+    assert "Invalid cross-device link; nothing was published and the published files are unchanged." in message
+    assert "writable" not in message, message
+    assert f"{folder} is on another filesystem than the storage root's stages/" in message, message
+    assert tree_bytes(folder) == before

@@ -38,8 +38,8 @@ from .config import (FIX_RUN_CONFIG, FORMATS, ConfigFileError, DpoExportConfig, 
 from .partitions import simulation_runs
 from . import journal
 from .publishing import GATES, discard, failed_gates, publish, reject, rejected_dir_name, report_file, same_refusal
-from .resources import (ENV_SETTLE, PartitionLockedError, PipelineStorage, checked_key, copy_atomic, fingerprint,
-                        incoming_path, meta_path_for)
+from .resources import (ENV_HOME, ENV_SETTLE, PartitionLockedError, PipelineStorage, checked_key, copy_atomic,
+                        fingerprint, incoming_path, meta_path_for)
 from .summaries import RawStats, dpo_numbers, export_summary_markdown, raw_facts, real, sft_numbers
 
 GROUP = "whileai"
@@ -140,6 +140,10 @@ def _storage_advice(code, folder) -> str:
         return f"Move out of the way what is under {folder} where the pipeline's folders or files go"
     if code == errno.ENOENT:
         return f"A folder under {folder} went while the step ran: keep the storage root as the pipeline makes it"
+    if code == errno.EXDEV:  # a link or a mount to another disk: a rename from stages/ cannot get there
+        return (f"{folder} is on another filesystem than the storage root's stages/, and publishing renames files "
+                "from there: keep the whole storage root on one filesystem (to keep it on another disk, point "
+                f"${ENV_HOME} there)")
     return (f"Make {folder} writable for the user running the pipeline (its owner and mode, a read-only mount, "
             "an immutable attribute)")
 
