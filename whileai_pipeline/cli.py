@@ -219,8 +219,13 @@ def _exclusive(lock_path, on_wait=None):
     except ImportError:  # not Linux or macOS
         yield
         return
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a") as fh:
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(lock_path, "a")
+    except OSError as exc:  # a file where locks/ goes, another user's folder
+        raise UsageError(f"cannot take the lock {lock_path} ({exc.strerror or exc}): move away what is in the way "
+                         "there, or pass --home DIR naming a folder you can write") from None
+    with fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

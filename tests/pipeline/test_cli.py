@@ -685,3 +685,23 @@ def test_a_config_file_given_with_a_tilde_after_equals_is_found(home, tmp_path, 
     out = io.StringIO()
     assert run_chain(SAMPLE, config_file="~/opts.yaml", home=home, out=out) == 0
     assert "sft_export [openai]: published" in out.getvalue() and "[trl]" not in out.getvalue(), out.getvalue()
+
+
+def test_a_file_where_the_locks_folder_goes_is_said_not_a_traceback(home, tmp_path, monkeypatch, capsys):
+    """``locks`` a file (or another user's folder): the command failed with FileExistsError's traceback from
+    taking its lock, and a step with the same traceback from the run's partition lock."""
+    from whileai_pipeline import cli as cli_module
+    from whileai_pipeline.core.errors import WriteFailedError
+    from whileai_pipeline.defs.resources import PipelineStorage
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    home.mkdir()
+    (home / "locks").write_bytes(b"")
+    assert cli_module.main(["demo", "--home", str(home)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"whileai-pipeline: error: cannot take the lock {home / 'locks'}/"), err
+    assert "(File exists): move away what is in the way there, or pass --home DIR" in err, err
+    assert not (home / "published").exists()
+    with pytest.raises(WriteFailedError, match=rf"^write_failed: {home / 'locks' / 'night.lock'}: File exists"):
+        with PipelineStorage(root=str(home)).partition_lock("night"):
+            pass

@@ -208,8 +208,11 @@ class PipelineStorage(dg.ConfigurableResource):
         if timeout is None:
             timeout = lock_timeout()
         path = self.base / "locks" / f"{checked_key(key)}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # a file where locks/ goes, another user's folder: the step's write_failed, not a traceback
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise WriteFailedError(path, exc) from exc
         try:
             deadline = time.monotonic() + timeout
             while True:
