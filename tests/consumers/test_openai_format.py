@@ -12,12 +12,16 @@ from pathlib import Path
 import orjson
 import pytest
 
+import whileai_pipeline as wai
+
 from whileai_pipeline.core.openai_format import (
     FORMATS,
     format_report,
     validate_file,
     validate_row,
 )
+
+SAMPLE_RUN = Path(__file__).resolve().parents[2] / "whileai_pipeline" / "sample" / "support_orders.jsonl"
 
 TOOLS = [{"type": "function", "function": {
     "name": "lookup_order", "description": "Look an order up.",
@@ -856,3 +860,29 @@ def test_a_completion_ending_on_a_tool_turn_is_a_warning():
     [entry] = report["problems"]
     assert (entry["line"], entry["severity"], entry["where"], entry["lines"]) == (1, "warning", "completion[1].role", 2)
     assert "tool's result" in entry["message"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_simulation_run_checked_before_its_export_says_to_export_it_first(tmp_path, monkeypatch, fmt):
+    """`validate` on the run itself listed 164 problems (tool calls without ids, trl_keys) and never said
+    that the file is a run, which the export turns into a training file."""
+    from whileai_pipeline.core import parallel
+
+    run = tmp_path / "run.jsonl"
+    rows = [orjson.loads(line) for line in SAMPLE_RUN.read_bytes().splitlines()]
+    _write(run, rows)
+    report = validate_file(run, fmt)
+    note = next(n for n in report["notes"] if "simulation run" in n)
+    assert note.startswith(f"all {len(rows)} rows have steps, final_text, privileged: this looks like a "
+                           "simulation run, not ")
+    assert f"export_dataset(FILE, OUT, format='{fmt}')), then validate the file it writes" in note
+    assert format_report(report).splitlines()[-1] == f"note: {note}"
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 20_000)  # many chunks: the workers' events say it too
+    assert validate_file(run, fmt, workers=2) == report
+    monkeypatch.undo()
+    half = tmp_path / "half.jsonl"  # a training file with one stray run row is not a run
+    exported = tmp_path / "exported.jsonl"
+    wai.export_dataset(run, exported, format=fmt)
+    _write(half, [orjson.loads(line) for line in exported.read_bytes().splitlines()] + rows[:1])
+    assert not any("simulation run" in n for n in validate_file(half, fmt)["notes"])
+    assert not any("simulation run" in n for n in validate_file(exported, fmt)["notes"])

@@ -125,6 +125,9 @@ REPEATED_WARNINGS = frozenset({"loss_mask_ignored", "crlf", "blank_line", "promp
 # check, JSON-string arguments or a prompt text beside messages in a trl check: each an error the check
 # finds anyway) gets a ``looks_like`` note naming the other format, decided on the same one pass.
 OTHER_FORMAT = {"openai": "trl", "trl": "openai"}
+# keys of the SDK's trajectory rows that no training file has (the exporters turn them into messages or drop them)
+RUN_KEYS = ("steps", "tool_trace", "final_text", "privileged")
+
 NOTE_OUR_PREFERENCE = (
     "prompt/chosen/rejected rows are this project's preference shape, not OpenAI's hosted DPO shape "
     "(input/preferred_output/non_preferred_output): each side was checked as a whole conversation under "
@@ -659,6 +662,7 @@ class _Report:
         self.other_tells: dict[str, None] = {}  # (ordered: first seen first)
         self.first_shape = None
         self.kinds = ColumnKinds() if fmt == "trl" else None  # what datasets' JSON loader changes
+        self.run_rows, self.run_keys = 0, {}  # rows with a RUN_KEYS key (a run, not yet exported), which keys
 
     def add(self, line, problems, *, row=True, errored=False):
         """Count one line's problems (``errored``: it already had an error the caller took out)."""
@@ -703,6 +707,9 @@ class _Report:
             elif kind == "counted":  # a row that could not be read
                 self.rows += 1
                 self.add(line, event[1], errored=event[2])
+            elif kind == "run_row":
+                self.run_rows += 1
+                self.run_keys.update(dict.fromkeys(event[1]))
             else:
                 self.shaped(line, event[1], event[2], errored=event[3], other=event[4])
 
@@ -732,6 +739,8 @@ class _Report:
             for line, problem in self.kinds.problems():
                 self.add(line, [problem], row=False)
         looks_like = self.looks_like()
+        if self.run_rows * 2 >= self.rows > 0:
+            notes.append(self._run_note())
         if self.fmt == "openai" and self.shapes.get("preference") and looks_like is None:
             notes.append(NOTE_OUR_PREFERENCE)
         if self.fmt == "openai" and self.rows and self.rows < MIN_EXAMPLES and not self.shapes.get("preference"):
@@ -764,6 +773,14 @@ class _Report:
             "checked_for": CHECKED_FOR[self.fmt],
         }
         return report
+
+    def _run_note(self):
+        """What to do with a file whose rows are mostly a simulation run's: it is checked as if it were the
+        training file, so every row fails for what the export would have written."""
+        share = f"all {self.rows} rows" if self.run_rows == self.rows else f"{self.run_rows} of {self.rows} rows"
+        return (f"{share} have {', '.join(self.run_keys)}: this looks like a simulation run, not "
+                f"{'an' if self.fmt == 'openai' else 'a'} {self.fmt} training file. Export it first (whileai-pipeline run FILE, or export_dataset(FILE, OUT, "
+                f"format={self.fmt!r})), then validate the file it writes")
 
     def looks_like(self):
         """The other format, when at least half the rows with errors do something its way; else None.
@@ -876,6 +893,8 @@ def _line_findings(line_no, raw, format, strict_keys, extra_keys, kinds=None, lo
         kinds.add(line_no, row)
         if long_run:  # only such a line can hold an integer beyond int64
             kinds.add_big_ints(line_no, row)
+    if isinstance(row, dict) and (run_keys := [key for key in RUN_KEYS if key in row]):
+        events.append(("run_row", run_keys))
     shape, problems, other = _check_row(row, format, strict_keys)
     kept, errored = [], False
     for p in problems:
