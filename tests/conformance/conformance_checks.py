@@ -42,6 +42,7 @@ D16_DROPPED = re.compile(r"^(\d+) rows have no assistant turn after the first me
 D16_GOES_ON = re.compile(r"^(\d+) of (\d+) rows go on after their last assistant turn")
 OPENAI_MASK = re.compile(r"^(\d+) of (\d+) rows leave assistant turns out of loss_mask")  # ours
 NO_ROWS = re.compile(r"^the iterator given as the source gave no rows")  # ours: spec E47 writes it silently
+SKIPPED = re.compile(r"^(\d+) of (\d+) (?:lines hold JSON that is not an object|rows are not objects)")  # ours
 D12_CHOSEN = re.compile(r"^(\d+) of (\d+) chosen replies quote their own privileged context")
 TRL_USER_TURNS = re.compile(r"^(\d+) of (\d+) pairs have a user or system turn inside chosen or rejected")
 D12_REJECTED = re.compile(r"^(\d+) rejected replies quote their own privileged context")
@@ -129,7 +130,7 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
         return "error"
 
     # ------------------------------------------------------------------ predicted rows
-    sources = H.deep(rows)
+    sources = [x for x in H.deep(rows) if isinstance(x, dict)]  # both skip rows that are not objects
     if effective_context is not None:
         system, eff_tools = effective_context
     else:
@@ -231,7 +232,8 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     our_warnings = list(ours_rep.pop("warnings", []))
     rest, extra = _split_extra_warnings(our_warnings, {"d6_tools": D6_NO_TOOLS, "d6_system": D6_NO_SYSTEM,
                                                        "d16_dropped": D16_DROPPED, "d16_goes_on": D16_GOES_ON,
-                                                       "openai_mask": OPENAI_MASK, "no_rows": NO_ROWS})
+                                                       "openai_mask": OPENAI_MASK, "no_rows": NO_ROWS,
+                                                       "skipped": SKIPPED})
     # DECISIONS 6: warn when a row with tool calls is exported with no tools or no system prompt
     with_calls = _rows_with_calls(pred)
     exp_extra = set()
@@ -251,6 +253,9 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
         for m, bit in zip(x.get("messages") or (), x.get("loss_mask") or ()))) if fmt == "openai" else 0
     if masked_replies:
         exp_extra.add("openai_mask")
+    skipped = sum(not isinstance(r, dict) for r in rows)
+    if skipped:
+        exp_extra.add("skipped")  # ours: rows that are not objects are skipped (the spec), and said to be
     if not rows and iter(src) is src:
         exp_extra.add("no_rows")  # ours: an iterator that gave nothing (one read twice, say) is said to be empty
     assert set(extra) == exp_extra, f"DECISIONS 6/16 warnings: expected {sorted(exp_extra)}, got {our_warnings}\n{ctx}"
@@ -263,6 +268,8 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
         assert extra["openai_mask"].groups() == (str(masked_replies), str(n_out)), extra["openai_mask"].group(0)
     if "d16_goes_on" in extra:
         assert extra["d16_goes_on"].groups() == (str(going_on), str(n_out)), extra["d16_goes_on"].group(0)
+    if "skipped" in extra:
+        assert extra["skipped"].groups() == (str(skipped), str(len(rows))), extra["skipped"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     if fmt == "trl":  # DECISIONS 16
         trl_loss = ours_rep.pop("trl_loss")

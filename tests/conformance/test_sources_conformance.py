@@ -221,3 +221,19 @@ def test_nan_reward_written_as_null(tmp_path):
     check_export_dataset(ref, ours, rows, tmp_path, fmt="openai", mask_mode="assistant", unroll=False,
                          strip_think=True, system_prompt=None, tools=None, cap=None, validate=True)
     assert b"NaN" in (tmp_path / "ref" / "out.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize("from_file", [False, True], ids=["list", "file"])
+def test_rows_that_are_not_objects_are_skipped_and_said(tmp_path, from_file):
+    """DECISIONS 15 counts rows that are not objects (``rows_skipped``); the spec skips them without a word,
+    so a whole JSON array of rows written on one line exported to an empty file. Ours also warns."""
+    row = {"prompt": "Where is order 7?", "steps": [{"tool": "lookup", "arguments": {"id": 7}, "result": "ok"}],
+           "final_text": "It shipped.", "reward": 1}
+    rows = [[dict(row), dict(row, reward=0)], row, None, 5]
+    kw = {}
+    if from_file:
+        src = write_jsonl(tmp_path / "ours" / "run.jsonl", rows)
+        kw = dict(ref_source=lambda ref_rows: write_jsonl(tmp_path / "ref" / "run.jsonl", ref_rows),
+                  our_source=lambda: src, path_source=src, sp_source="argument", tools_source="argument")
+    check_export_dataset(ref, ours, rows, tmp_path, fmt="openai", mask_mode="assistant", unroll=False,
+                         strip_think=True, system_prompt="S", tools=[], cap=None, validate=True, **kw)

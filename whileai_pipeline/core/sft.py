@@ -627,6 +627,12 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             "reads only a message's weight: uploaded to OpenAI as they are, these rows train every assistant "
             "turn. For OpenAI, give the turns left out weight 0; for TRL, export format='trl' (prompt/completion "
             "rows, only the completion trained).")
+    if t.rows_skipped:  # DECISIONS 15 counts them; the spec skips them without a word
+        warnings.append(
+            f"{t.rows_skipped} of {t.rows_read} lines hold JSON that is not an object (a whole JSON array of rows on "
+            "one line is one such line) and were skipped: a JSONL run has one row object per line."
+            if src.path is not None else
+            f"{t.rows_skipped} of {t.rows_read} rows are not objects (dicts) and were skipped.")
     if not t.rows_read and src.hashed is None and not _rereadable(src.rows):  # an empty list or file: as spec E47
         warnings.append(
             "the iterator given as the source gave no rows, so the file has none; an iterator or generator is "
