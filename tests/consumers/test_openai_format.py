@@ -380,6 +380,8 @@ def test_bom_crlf_empty_and_mixed_shapes(tmp_path):
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps(openai_good()).encode() + b"\r\n")
     report = validate_file(path, "openai")
     assert [(p["line"], p["code"]) for p in report["problems"]][:2] == [(1, "crlf"), (1, "bom")]
+    assert report["problems"][1]["message"].endswith(": write it without one (in Python, open it with "
+                                                     "encoding='utf-8', not 'utf-8-sig')")  # what to do
     assert report["rows"] == 1 and report["rows_with_errors"] == 1
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")

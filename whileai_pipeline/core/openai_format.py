@@ -863,7 +863,8 @@ def _line_findings(line_no, raw, format, strict_keys, extra_keys, kinds=None, lo
     before = []
     if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
         before.append({"severity": "warning" if format == "trl" else "error", "code": "bom", "where": "",
-                       "message": "the file starts with a UTF-8 byte-order mark"})
+                       "message": "the file starts with a UTF-8 byte-order mark: write it without one (in Python, "
+                                  "open it with encoding='utf-8', not 'utf-8-sig')"})
         raw = raw[3:]
     body = raw.rstrip(b"\n")
     if body.endswith(b"\r"):
