@@ -678,3 +678,23 @@ def test_a_published_folder_on_another_filesystem_is_said_so(published, monkeypa
     assert "writable" not in message, message
     assert f"{folder} is on another filesystem than the storage root's stages/" in message, message
     assert tree_bytes(folder) == before
+
+
+@pytest.mark.parametrize("text", [b"{not json", b'{"moves": 5}', b"[]"], ids=["not-json", "wrong-shape", "a-list"])
+def test_a_journal_changed_by_hand_fails_the_step_with_what_to_do_not_a_traceback(published, text):
+    """A journal that is not one (edited by hand) failed every step of the run with orjson's or Python's
+    bare error in a user-code stack trace."""
+    chain, key, before = published
+    bad = chain.storage.stage_dir(key) / f".sft{journal.SUFFIX}"
+    bad.write_bytes(text)
+    result = chain.materialize(key, selection=SFT_CHAIN)
+    assert not result.success
+    assert executed_steps(result) == {"raw_simulation_data"}
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    message = failure.event_specific_data.error.message
+    assert f"bad_journal: cannot read the renames an earlier step of run '{key}' left half done ({bad}): " in message
+    assert f"Check that {chain.storage.published_dir(key)} holds the files of one export" in message
+    assert message.rstrip().endswith("move the journal away, then materialize again.")
+    assert tree_bytes(chain.storage.published_dir(key)) == before
+    bad.unlink()
+    assert chain.materialize(key, selection=SFT_CHAIN).success

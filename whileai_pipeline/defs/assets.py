@@ -125,6 +125,14 @@ def _finish_journals(storage, key) -> list:
             f"renames half done ({left}) and they are still refused, so this step stopped before reading anything. "
             f"{advice}, "
             "then materialize again.", metadata={"error": type(exc).__name__}) from None
+    except (ValueError, KeyError, TypeError) as exc:  # not JSON, or not a journal's shape: edited by hand
+        left = ", ".join(map(str, journal.pending(storage.stage_dir(key))))
+        raise dg.Failure(
+            description=f"bad_journal: cannot read the renames an earlier step of run {key!r} left half done "
+            f"({left}): {exc!r:.200}. A journal is written whole by the pipeline, so this one was changed by hand. "
+            f"Check that {storage.published_dir(key)} holds the files of one export (each report's sha256 "
+            "matches its file), move the journal away, then materialize again.",
+            metadata={"error": type(exc).__name__}) from None
     candidates = storage.stage_dir(key) / "candidates"
     for left in done:  # a refused publish's candidate folder, kept for its journal (_finish_export): settled now
         if os.path.dirname(os.path.dirname(left)) == str(candidates):
