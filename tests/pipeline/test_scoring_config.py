@@ -62,6 +62,20 @@ def test_reference_match_normalizes():
     assert scorer.score_row(row)["label_source"] == "reference_match"
 
 
+def test_reference_match_grades_the_answer_not_the_reasoning_before_it():
+    """Found by a review: the final answer was matched with its ``<think>`` block, so a reply that thought
+    of the reference and then answered something else ("<think>42? no.</think>41") was graded a pass,
+    and the exports (strip_think on by default) published "41" as a correct answer."""
+    scorer = resolve_scorer("reference_match")
+    ref = {"privileged": {"reference": "42"}}
+    assert scorer.score_row({**ref, "final_text": "<think>Is it 42? No.</think>The answer is 41."})["reward"] == 0.0
+    assert scorer.score_row({**ref, "final_text": "<THINK>41?</THINK>\n The answer is 42."})["reward"] == 1.0
+    # a final_text that is only reasoning is no answer: the last assistant turn's is taken, as for an empty one
+    messages = [{"role": "assistant", "content": "<think>maybe 42</think>It is 41."}]
+    assert scorer.score_row({**ref, "final_text": "<think>42</think>", "messages": messages})["reward"] == 0.0
+    assert scorer.score_row({**ref, "final_text": "<think>42</think>"})["reward"] == 0.0
+
+
 def test_a_new_scorer_replaces_the_old_graders_verdict_not_only_its_reward(tmp_path, monkeypatch):
     """Re-scoring once kept the old grader's ``grader_reason`` (which the export prefers to ``reason``),
     its ``reason`` when the scorer gave none, and its ``judge_status``/``judge_name``/``judge_meta``: a

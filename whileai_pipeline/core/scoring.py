@@ -3,8 +3,9 @@
 A scorer is named by a string:
 
 * ``existing`` (the default): keep the row's own ``reward`` (and ``reason``).
-* ``reference_match``: the row's final answer against its ``privileged.reference``, both normalized
-  (Unicode NFKC, case-folded, punctuation to spaces, whitespace collapsed). Reward 1.0 when the
+* ``reference_match``: the row's final answer (``<think>`` blocks left out) against its
+  ``privileged.reference``, both normalized (Unicode NFKC, case-folded, punctuation to spaces,
+  whitespace collapsed). Reward 1.0 when the
   reference is the whole answer or appears in it as a run of whole words, else 0.0; a row without a
   string reference is left ungraded (reward ``None``).
 * ``module:function``: any importable callable ``f(row) -> reward`` where the reward is a number,
@@ -30,6 +31,7 @@ from typing import Callable
 from .gates import scrub
 from .groups import KeyIndex, key_digest, numeric_reward, task_key, verdict
 from .text import text
+from .wire import strip_think_blocks
 
 BUILTIN_SCORERS = ("existing", "reference_match")
 _PUNCT = re.compile(r"[^\w\s]+", re.UNICODE)
@@ -46,15 +48,16 @@ def normalize_answer(value) -> str:
 
 
 def final_answer(row) -> str:
-    """``final_text`` if non-empty, else the last assistant message's string content."""
+    """``final_text``, else the last assistant message's string content that says something; ``<think>``
+    blocks left out of both (the reasoning is not the answer, and the exports leave it out by default)."""
     final = row.get("final_text")
-    if isinstance(final, str) and final.strip():
-        return final
+    if isinstance(final, str) and (answer := strip_think_blocks(final)):
+        return answer
     for message in reversed(row.get("messages") or []):
         if isinstance(message, dict) and message.get("role") == "assistant":
             content = message.get("content")
-            if isinstance(content, str) and content.strip():
-                return content
+            if isinstance(content, str) and (answer := strip_think_blocks(content)):
+                return answer
     return ""
 
 
