@@ -285,7 +285,8 @@ def test_a_step_that_raises_is_reported_with_its_own_error(home, tmp_path, monke
     out = io.StringIO()
     assert run_chain(SAMPLE, config_file=config, home=home, out=out) == 1
     assert (f"  step scored_simulation_data failed: scorer down_scorer:score failed on {SAMPLE}:1: "
-            "RuntimeError: the scorer service is down. Fix the scorer (or set another one in the run config) and "
+            f"RuntimeError: the scorer service is down (raised at {tmp_path / 'down_scorer.py'}:2 in score). Fix "
+            "the scorer (or set another one in the run config) and "
             "materialize again; the scored stage is unchanged.\n") in out.getvalue()
 
 

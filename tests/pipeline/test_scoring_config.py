@@ -378,7 +378,8 @@ def test_the_scored_stage_counts_what_it_writes_and_names_a_scorer_failure(chain
     assert stats.counts == score_stats_of_file(tmp_path / "scored.jsonl").counts == {
         "pass": 1, "fail": 1, "ungraded": 1}
     with pytest.raises(ScorerError, match=r"^scorer odd_scorers:crashing failed on .*run\.jsonl:1: "
-                                          r"ZeroDivisionError: division by zero$"), \
+                                          r"ZeroDivisionError: division by zero \(raised at .*odd_scorers\.py:5 "
+                                          r"in crashing\)$"), \
             open(tmp_path / "crashed.jsonl", "wb") as out:
         score_file(run, out, resolve_scorer("odd_scorers:crashing"), ScoreStats())
 
@@ -517,7 +518,42 @@ def test_a_scorer_failing_on_a_row_fails_the_step_saying_what_to_do(chain, tmp_p
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     raw = chain.storage.stage_path(key, "raw")
-    assert (f"scorer picky_scorers:picky failed on {raw}:2: KeyError: 'answer'. Fix the scorer (or set another "
+    assert (f"scorer picky_scorers:picky failed on {raw}:2: KeyError: 'answer' (raised at "
+            f"{tmp_path / 'picky_scorers.py'}:3 in picky). Fix the scorer (or set another "
             "one in the run config) and materialize again; the scored stage is unchanged."
             ) in failure.event_specific_data.error.message
     assert scored.read_bytes() == before
+
+
+def test_a_scorer_that_raises_is_named_with_where_in_its_code_it_failed(tmp_path, monkeypatch):
+    """Found by a review: the step's failure said `KeyError: 'answer'` and the line of the run, but not where in
+    the scorer: its traceback was dropped (the failure's stack shows only the pipeline's frames), so a scorer
+    of a few hundred lines had to be debugged by guessing."""
+    from whileai_pipeline.core.scoring import score_file
+
+    (tmp_path / "deep_scorers.py").write_text(
+        "import json\n"
+        "def helper(row):\n"
+        "    return row['privileged']['answer']\n"
+        "def deep(row):\n"
+        "    return helper(row)\n"
+        "def parses(row):\n"
+        "    return json.loads(row['final_text'])\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = tmp_path / "run.jsonl"
+    run.write_bytes(b'{"prompt": "p", "final_text": "not json", "privileged": {}}\n')
+    where = tmp_path / "deep_scorers.py"
+    for spec, said in (("deep_scorers:deep", f"KeyError: 'answer' (raised at {where}:3 in helper)"),
+                       # raised in a library it calls: where, and the scorer's own line that called it
+                       ("deep_scorers:parses", f"(raised at {json_decoder()}:")):
+        with pytest.raises(ScorerError) as failed, open(tmp_path / "scored.jsonl", "wb") as out:
+            score_file(run, out, resolve_scorer(spec), ScoreStats())
+        assert said in str(failed.value), str(failed.value)
+    assert str(failed.value).endswith(f", called from {where}:7 in parses)"), str(failed.value)
+
+
+def json_decoder():
+    import json.decoder
+
+    return json.decoder.__file__

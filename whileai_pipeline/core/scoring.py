@@ -24,6 +24,7 @@ import itertools
 import math
 import numbers
 import re
+import traceback
 import unicodedata
 from dataclasses import dataclass
 from typing import Callable
@@ -240,7 +241,7 @@ def score_file(source, out, scorer, stats, *, dest=None, progress=None, workers=
                     raise ScorerError(f"{source}:{lineno}: {exc}") from exc
                 except Exception as exc:
                     raise ScorerError(f"scorer {scorer.name} failed on {source}:{lineno}: "
-                                      f"{type(exc).__name__}: {exc}") from exc
+                                      f"{type(exc).__name__}: {exc}{_raised_at(exc)}") from exc
             stats.add(row)
             if every_row and isinstance(row, dict):
                 progress(stats.n)
@@ -257,6 +258,21 @@ def score_file(source, out, scorer, stats, *, dest=None, progress=None, workers=
                 progress(stats.n)  # once per chunk
             append_part(part, out, digest)
     return digest.hexdigest()
+
+
+def _raised_at(exc) -> str:
+    """`` (raised at FILE:LINE in FUNCTION)`` for a user's scorer's exception, and the scorer's own line that
+    called the code which raised it (``, called from ...``) when that was another file: the step's failure
+    carries no traceback of the scorer, only this."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != __file__]  # not the wrapper's
+    if not frames:
+        return ""
+    raised = frames[-1]
+    said = f" (raised at {raised.filename}:{raised.lineno} in {raised.name}"
+    own = [f for f in frames if f.filename == frames[0].filename]  # the scorer's module's frames
+    if raised.filename != frames[0].filename:
+        said += f", called from {own[-1].filename}:{own[-1].lineno} in {own[-1].name}"
+    return said + ")"
 
 
 def passing_rows_file(source, out, stats, *, dest=None, workers=None):
