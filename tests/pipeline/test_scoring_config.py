@@ -557,3 +557,19 @@ def json_decoder():
     import json.decoder
 
     return json.decoder.__file__
+
+
+@pytest.mark.parametrize("module", ["my_scorers.py", "./my_scorers.py", "scorers/my_scorers.py", ".my_scorers"])
+def test_a_scorer_or_judge_named_by_its_file_says_to_name_its_module(tmp_path, monkeypatch, module):
+    """Found by a review: `scorer: my_scorers.py:score`, the first thing many write, failed with `No module named
+    'my_scorers.py'; 'my_scorers' is not a package` (no advice), and `./my_scorers.py:score` with Python's
+    `the 'package' argument is required to perform a relative import`."""
+    from whileai_pipeline.core.scoring import load_callable
+
+    (tmp_path / "my_scorers.py").write_text("def score(row):\n    return 1\n")
+    monkeypatch.chdir(tmp_path)
+    for call in (lambda: resolve_scorer(f"{module}:score"), lambda: load_callable(f"{module}:score", "judge")):
+        with pytest.raises(ScorerError) as refused:
+            call()
+        assert (f"{module!r} is not a module name: name the module, 'my_scorers:score', and put the folder that "
+                "holds my_scorers.py on PYTHONPATH (PYTHONPATH=. for the working directory)") in str(refused.value)

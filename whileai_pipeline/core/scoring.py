@@ -69,6 +69,12 @@ def load_callable(spec: str, what: str = "scorer") -> Callable:
     module_name, attr = spec.split(":")
     if not module_name or not attr:
         raise ScorerError(f"{what} must be 'module:function', got {spec!r}")
+    if module_name.endswith(".py") or module_name.startswith(".") or "/" in module_name or "\\" in module_name:
+        # a file name (`my_scorers.py:score`, `./my_scorers.py:score`): Python's own error gives no advice
+        stem = re.split(r"[/\\]", module_name.removesuffix(".py"))[-1].lstrip(".")
+        raise ScorerError(f"{what} {spec!r}: {module_name!r} is not a module name: name the module, "
+                          f"'{stem}:{attr}', and put the folder that holds {stem}.py on PYTHONPATH "
+                          "(PYTHONPATH=. for the working directory)")
     try:
         obj = importlib.import_module(module_name)
     except ImportError as exc:
