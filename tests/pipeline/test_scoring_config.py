@@ -62,6 +62,18 @@ def test_reference_match_normalizes():
     assert scorer.score_row(row)["label_source"] == "reference_match"
 
 
+def test_reference_match_takes_a_reference_that_is_a_json_number():
+    """Found by a review: `{"reference": 42}` (a number in the run's JSON, as math and order-total tasks write
+    it) left every row ungraded, so a run whose answers were right half the time published nothing, with
+    only the pairing's advice to raise rollouts_per_request."""
+    scorer = resolve_scorer("reference_match")
+    assert scorer.score_row({"privileged": {"reference": 42}, "final_text": "The total is 42."})["reward"] == 1.0
+    assert scorer.score_row({"privileged": {"reference": 42}, "final_text": "The total is 41."})["reward"] == 0.0
+    assert scorer.score_row({"privileged": {"reference": 2.5}, "final_text": "2.5 hours"})["reward"] == 1.0
+    for not_a_reference in (True, float("nan"), float("inf"), None, ["42"], {"value": 42}):
+        assert scorer.score_row({"privileged": {"reference": not_a_reference}, "final_text": "42"})["reward"] is None
+
+
 def test_reference_match_grades_the_answer_not_the_reasoning_before_it():
     """Found by a review: the final answer was matched with its ``<think>`` block, so a reply that thought
     of the reference and then answered something else ("<think>42? no.</think>41") was graded a pass,

@@ -7,7 +7,7 @@ A scorer is named by a string:
   ``privileged.reference``, both normalized (Unicode NFKC, case-folded, punctuation to spaces,
   whitespace collapsed). Reward 1.0 when the
   reference is the whole answer or appears in it as a run of whole words, else 0.0; a row without a
-  string reference is left ungraded (reward ``None``).
+  string or (finite, non-bool) number reference is left ungraded (reward ``None``).
 * ``module:function``: any importable callable ``f(row) -> reward`` where the reward is a number,
   ``None`` (ungraded) or a dict ``{"reward": ..., "reason": ...}``. The row passed in is a copy.
 
@@ -101,6 +101,8 @@ def _existing(row):
 def _reference_match(row):
     privileged = row.get("privileged")
     reference = privileged.get("reference") if isinstance(privileged, dict) else None
+    if type(reference) is int or (type(reference) is float and math.isfinite(reference)):
+        reference = str(reference)  # a number in the run's JSON ({"reference": 42}): its text, as a reply writes it
     if not isinstance(reference, str) or not normalize_answer(reference):
         return None, "reference_match: no privileged reference on this row"
     ref = normalize_answer(reference)
