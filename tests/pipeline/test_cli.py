@@ -290,6 +290,23 @@ def test_a_step_that_raises_is_reported_with_its_own_error(home, tmp_path, monke
             "materialize again; the scored stage is unchanged.\n") in out.getvalue()
 
 
+def test_a_run_no_row_of_which_is_graded_says_why_in_the_summary(home, tmp_path, monkeypatch):
+    """Found by a review: `reference_match` on rows with no reference graded nothing; the run exited 0 with
+    `nothing written (0 rows; nothing to publish)` for every format and no word on why."""
+    from whileai_pipeline.cli import run_chain
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    src = tmp_path / "night.jsonl"
+    src.write_text('{"prompt": "p", "final_text": "a"}\n{"prompt": "p", "final_text": "bb"}\n')
+    config = tmp_path / "opts.yaml"
+    config.write_text("scorer: reference_match\n")
+    out = io.StringIO()
+    assert run_chain(src, config_file=config, home=home, out=out) == 0
+    assert ("  scored_simulation_data: WARNING scorer reference_match graded none of the 2 rows: no row has a "
+            "privileged.reference (text or a number) to compare its answer with. No row passes, so the SFT export "
+            "(sft_rows: pass) and the preference pairs will be empty.\n") in out.getvalue(), out.getvalue()
+
+
 def test_a_scorer_failure_after_lines_were_quarantined_names_a_line_that_holds(home, tmp_path, monkeypatch):
     """Found by a review: the raw stage was renamed to the user's file in every message, but with lines
     quarantined it is not that file byte for byte: a scorer failing on line 4 of the run was reported on

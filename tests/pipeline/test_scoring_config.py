@@ -2,6 +2,7 @@
 custom-scorer chain."""
 
 import copy
+import logging
 
 import pytest
 from hypothesis import example, given, settings
@@ -585,3 +586,31 @@ def test_a_scorer_or_judge_named_by_its_file_says_to_name_its_module(tmp_path, m
             call()
         assert (f"{module!r} is not a module name: name the module, 'my_scorers:score', and put the folder that "
                 "holds my_scorers.py on PYTHONPATH (PYTHONPATH=. for the working directory)") in str(refused.value)
+
+
+def test_a_scorer_that_grades_no_row_says_so_in_the_scored_step(chain, tmp_path, monkeypatch):
+    """Found by a review: a scorer that left every row ungraded (reference_match on rows with no reference, a
+    user's scorer returning None, rows with no reward under `existing`) let the run succeed with nothing
+    published, and the one advice in the log was the pairing's "raise rollouts_per_request"."""
+    (tmp_path / "silent_scorers.py").write_text("def silent(row):\n    return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rows = [{"prompt": "p", "final_text": t} for t in ("a", "bb", "ccc")]
+    key = chain.register(rows, meta=False)
+    for scorer, advice in (
+            ("existing", "the rows carry no numeric reward: set a scorer (reference_match or module:function)"),
+            ("reference_match", "no row has a privileged.reference (text or a number) to compare its answer with"),
+            ("silent_scorers:silent", "it returned None (or NaN) for every row")):
+        result = chain.materialize(key, run_config={"ops": {"scored_simulation_data": {"config": {"scorer": scorer}}}},
+                                   selection=["raw_simulation_data", "scored_simulation_data"])
+        assert result.success
+        warnings = [e.message for e in chain.instance.all_logs(result.run_id)
+                    if e.level == logging.WARNING and e.step_key == "scored_simulation_data"]
+        assert warnings == [f"scorer {scorer} graded none of the 3 rows: {advice}. No row passes, so the SFT "
+                            "export (sft_rows: pass) and the preference pairs will be empty."], warnings
+        assert materialization(result, "scored_simulation_data")["warning"].value == warnings[0]
+    rows[0]["reward"] = 1
+    key = chain.register(rows, meta=False)
+    result = chain.materialize(key, selection=["raw_simulation_data", "scored_simulation_data"])
+    assert not [e for e in chain.instance.all_logs(result.run_id)
+                if e.level == logging.WARNING and e.step_key == "scored_simulation_data"]
+    assert "warning" not in materialization(result, "scored_simulation_data")

@@ -362,6 +362,14 @@ def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> tuple:
 
 # --------------------------------------------------------------------------- 2. scored
 
+# why a scorer graded no row of a run ('' for a user's module:function)
+_UNGRADED = {
+    "existing": "the rows carry no numeric reward: set a scorer (reference_match or module:function)",
+    "reference_match": "no row has a privileged.reference (text or a number) to compare its answer with",
+    "": "it returned None (or NaN) for every row",
+}
+
+
 @dg.asset(
     partitions_def=simulation_runs,
     group_name=GROUP,
@@ -392,6 +400,12 @@ def scored_simulation_data(
                          "materialize again; the scored stage is unchanged.") from None
     progress.close(stats.n)
     _stage_with_sidecar(incoming_path(scored), scored, meta_path_for(raw))
+    warning = None
+    if stats.n and stats.counts["ungraded"] == stats.n:  # else the run succeeds publishing nothing, unexplained
+        why = _UNGRADED.get(scorer.name, _UNGRADED[""])
+        warning = (f"scorer {scorer.name} graded none of the {stats.n} rows: {why}. No row passes, "
+                   "so the SFT export (sft_rows: pass) and the preference pairs will be empty.")
+        context.log.warning(warning)
     metadata = {
         "dagster/row_count": stats.n,
         "scorer": scorer.name,
@@ -406,6 +420,8 @@ def scored_simulation_data(
         "stage_path": dg.MetadataValue.path(str(scored)),
         "sha256": scored_sha,
     }
+    if warning:
+        metadata["warning"] = warning  # the CLI's summary shows it
     metadata["config"] = dg.MetadataValue.json(as_run_config(config))  # what a re-export runs with
     return dg.MaterializeResult(metadata=metadata)
 
