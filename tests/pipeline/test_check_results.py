@@ -9,6 +9,8 @@ import pytest
 
 from whileai_pipeline.defs.checks import _leak_result, _roundtrip_result
 
+pytestmark = pytest.mark.pipeline
+
 ERROR, WARN = dg.AssetCheckSeverity.ERROR, dg.AssetCheckSeverity.WARN
 
 CLEAN = {"checked": True, "n_checked": 1, "n_leaked": 0, "rejected_quoting": 0,

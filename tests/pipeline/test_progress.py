@@ -4,10 +4,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from whileai_pipeline.core import progress as progress_mod
 from whileai_pipeline.core.progress import Progress
 
 from .conftest import SAMPLE
+
+pytestmark = pytest.mark.pipeline
 
 
 def test_progress_logs_at_the_interval_not_per_row(monkeypatch):

@@ -9,8 +9,11 @@ file: the lines set aside from the stage still in place were gone.
 import os
 
 import orjson
+import pytest
 
 from .conftest import materialization, read_rows, sample_rows
+
+pytestmark = pytest.mark.pipeline
 
 RAW = "raw_simulation_data"
 QUARANTINE = {"ops": {RAW: {"config": {"on_bad_line": "quarantine"}}}}

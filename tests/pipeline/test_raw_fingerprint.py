@@ -8,11 +8,15 @@ sensor skipped that version (``_already_materialized``) and the stage kept the o
 import hashlib
 import json
 
+import pytest
+
 from whileai_pipeline.defs import assets
 from whileai_pipeline.defs.automation import _already_materialized
 from whileai_pipeline.defs.resources import fingerprint
 
 from .conftest import materialization
+
+pytestmark = pytest.mark.pipeline
 
 RAW = "raw_simulation_data"
 

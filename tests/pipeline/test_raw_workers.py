@@ -10,6 +10,8 @@ from whileai_pipeline.defs.summaries import PREVIEW_ROWS, RawStats, raw_facts
 
 from .conftest import materialization, sample_rows, write_rows
 
+pytestmark = pytest.mark.pipeline
+
 RAW = "raw_simulation_data"
 
 

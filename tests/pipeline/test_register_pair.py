@@ -12,6 +12,8 @@ import pytest
 
 from whileai_pipeline.core.errors import SourceChangedError
 
+pytestmark = pytest.mark.pipeline
+
 
 def _run(folder, rows, prompt):
     folder.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,8 @@ from whileai_pipeline.cli import main
 
 from .conftest import SAMPLE, tree_bytes
 
+pytestmark = pytest.mark.pipeline
+
 SAID = {"folder": "a folder", "broken link": "a broken link"}
 
 

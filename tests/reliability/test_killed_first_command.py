@@ -15,8 +15,11 @@ import sys
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from whileai_pipeline.defs.partitions import PARTITIONS_NAME
+
+pytestmark = pytest.mark.pipeline
 
 SAMPLE = Path(__file__).resolve().parents[2] / "whileai_pipeline" / "sample" / "support_orders.jsonl"
 
