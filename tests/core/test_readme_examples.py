@@ -44,3 +44,17 @@ def test_the_docs_repeat_the_readme_sections_they_share():
             assert doc[heading] == readme[heading], f"docs/{name}: section {heading!r} differs from the README's"
     consumers = "## Proven in its consumers" + readme_text.split("## Proven in its consumers", 1)[1].split("\n## ", 1)[0]
     assert (DOC.parent / "docs" / "consumers.md").read_text(encoding="utf-8").strip() == consumers.strip()
+
+
+# where each short form's shared text starts: from there to its end, it is the README's text word for word
+SHORT_FORM_SHARED_FROM = {("pipeline.md", "The UI"): "The sensor `inbox_sensor` and the schedule"}
+
+
+def test_the_short_forms_end_with_the_readme_paragraphs_they_share():
+    readme_text = DOC.read_text(encoding="utf-8")
+    assert set(SHORT_FORM_SHARED_FROM) == SHORT_FORMS
+    for (name, heading), start in SHORT_FORM_SHARED_FROM.items():
+        body = _sections((DOC.parent / "docs" / name).read_text(encoding="utf-8"))[heading]
+        shared = body[body.index(start):]
+        assert shared.count("\n\n") >= 2, f"docs/{name}: section {heading!r} shares too little to check"
+        assert shared in readme_text, f"docs/{name}: section {heading!r} differs from the README's from {start!r} on"
