@@ -58,3 +58,31 @@ def test_the_python_check_runs_as_written(demo_final, monkeypatch, capsys):
     block = re.findall(r"(?m)^```python\n(.*?)^```$", _section(), flags=re.S)[0]
     exec(compile(block, str(README), "exec"), {})
     assert capsys.readouterr().out.startswith("OK: whileai_data/published/support_orders/sft.openai.jsonl as openai:")
+
+
+def _backticked(text):
+    return set(re.findall(r"`([^`]+)`", text))
+
+
+def test_every_metadata_key_is_named_in_the_assets_section(demo_final):
+    import dagster as dg
+
+    assets = README.read_text(encoding="utf-8").split("### Assets", 1)[1].split("The report stored beside", 1)[0]
+    rows = {line.split(" | ")[0].strip("| `"): line.split(" | ")[3] for line in assets.splitlines()
+            if line.startswith("| `")}
+    exports = assets.split("Export metadata", 1)[1]
+    named_for_exports = {name.replace("<f>", fmt) for name in _backticked(exports) for fmt in ("openai", "trl")}
+    instance = dg.DagsterInstance.from_config(str(demo_final.parents[1] / "dagster_home"))
+    try:
+        keys = {}
+        for asset in rows:
+            event = instance.get_latest_materialization_event(dg.AssetKey(asset))
+            keys[asset] = set(event.asset_materialization.metadata)
+    finally:
+        instance.dispose()
+    for asset, cell in rows.items():
+        named = named_for_exports if asset in ("sft_export", "dpo_export") else _backticked(cell) | {"config"}
+        assert keys[asset] <= named, f"{asset}: metadata the README does not name: {sorted(keys[asset] - named)}"
+    per_format = {name for name in named_for_exports if name.startswith(("openai/", "trl/"))}
+    always = per_format - {"openai/rejected_path", "trl/rejected_path"}
+    assert always <= keys["sft_export"] | keys["dpo_export"], sorted(always - keys["sft_export"] - keys["dpo_export"])
