@@ -104,19 +104,25 @@ def test_export_preference_given_what_build_preference_pairs_returns_says_to_tak
     built = wai.build_preference_pairs(_scored_rows())
     out = tmp_path / "pairs.jsonl"
     target = {"openai": out} if call.endswith("s") else out
-    with pytest.raises(ValueError, match=r"^export_preference takes chosen/rejected pairs, and got the \(pairs, "
-                                         r"report\) tuple that build_preference_pairs returns: pass its first item"):
+    # the message names the function called (API_CONTRACT: "<name> takes chosen/rejected pairs"), and its advice
+    # calls that same function: export_preferences was told to call export_preference(pairs, ...)
+    with pytest.raises(ValueError, match=rf"^{call} takes chosen/rejected pairs, and got the \(pairs, "
+                                         r"report\) tuple that build_preference_pairs returns: pass its first item: "
+                                         rf"pairs, report = build_preference_pairs\(rows\); {call}\(pairs, \.\.\.\)"):
         getattr(wai, call)(built, target)
     assert not out.exists()
     pairs, _report = built
     assert getattr(wai, call)(pairs, target)  # as the message says
 
 
-def test_export_preference_advice_for_entries_that_are_no_pairs_can_be_followed(tmp_path):
-    with pytest.raises(ValueError, match=r"^export_preference takes chosen/rejected pairs, and 2 of 2 entries have "
+@pytest.mark.parametrize("call", ["export_preference", "export_preferences"])
+def test_export_preference_advice_for_entries_that_are_no_pairs_can_be_followed(tmp_path, call):
+    out = tmp_path / "pairs.jsonl"
+    target = {"openai": out} if call.endswith("s") else out
+    with pytest.raises(ValueError, match=rf"^{call} takes chosen/rejected pairs, and 2 of 2 entries have "
                                          r"no chosen/rejected side\. Build the pairs first: pairs, report = "
-                                         r"build_preference_pairs\(rows\); export_preference\(pairs, \.\.\.\)"):
-        wai.export_preference(_scored_rows(), tmp_path / "pairs.jsonl")
+                                         rf"build_preference_pairs\(rows\); {call}\(pairs, \.\.\.\)"):
+        getattr(wai, call)(_scored_rows(), target)
 
 
 def judge(a, b):

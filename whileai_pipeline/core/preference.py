@@ -279,14 +279,16 @@ def export_preferences(pairs, outputs, *, system_prompt=None, tools=None, strip_
     raises that error and no file is written. Each file is put in place atomically, one after the other.
     """
     return _export(pairs, check_outputs(outputs, "export_preferences"), system_prompt, tools, strip_think, validate,
-                   drop_ties, progress, workers)
+                   drop_ties, progress, workers, name="export_preferences")
 
 
-def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ties, progress, workers):
-    """``export_preference`` for every ``{format: output}`` at once; returns ``{format: report}``."""
+def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ties, progress, workers,
+            name="export_preference"):
+    """``export_preference`` for every ``{format: output}`` at once; returns ``{format: report}``. ``name`` is
+    the function called, which the errors about what was passed as pairs name (and tell to call again)."""
     started = time.perf_counter()
     check_progress(progress)
-    refuse_pairs_with_report(pairs, "export_preference")
+    refuse_pairs_with_report(pairs, name)
     src = _pair_source(pairs, system_prompt, tools)
     dests = {fmt: destination(output, None) for fmt, output in outputs.items()}  # no default name: none, no file
     if src.path is not None:
@@ -310,7 +312,7 @@ def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ti
         reports = {}
         source_digest = SourceDigest(src, stamp, reports.values())  # fills in the reports made below
         for plan, tally in zip(plans, tallies):
-            report = reports[plan.format] = _checked_report(tally, src, plan.format)
+            report = reports[plan.format] = _checked_report(tally, src, plan.format, name)
             _raise_if_refused(tally, report, validate, started, source_digest)
         published = []  # the files put in place so far
         for plan, tally, spool in zip(plans, tallies, spools):
@@ -329,7 +331,7 @@ def _export(pairs, outputs, system_prompt, tools, strip_think, validate, drop_ti
         Spool.discard_all(spools)
 
 
-def _checked_report(tally, src, format):
+def _checked_report(tally, src, format, name="export_preference"):
     """One format's report; raises for entries that are not pairs and for schema problems."""
     t = tally
     n_entries, skipped, bad, ties, dropped, n_out = t.n_entries, t.skipped, t.bad, t.ties, t.dropped, t.n_out
@@ -339,9 +341,9 @@ def _checked_report(tally, src, format):
         first = (f"line {t.first_bad} of {src.path}" if src.hashed is not None
                  else f"index {t.first_bad} of the pairs given")
         raise ValueError(
-            f"export_preference takes chosen/rejected pairs, and {bad} of {n_entries} entries have no "
+            f"{name} takes chosen/rejected pairs, and {bad} of {n_entries} entries have no "
             "chosen/rejected side. Build the pairs first: pairs, report = build_preference_pairs(rows); "
-            f"export_preference(pairs, ...) (or scored.select_for_preference()). The first is {first}.")
+            f"{name}(pairs, ...) (or scored.select_for_preference()). The first is {first}.")
     schema.raise_if_bad()
 
     report = {"pairs": n_out, "format": format, "tool_call_roundtrip": roundtrip.report()}
