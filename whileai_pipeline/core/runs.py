@@ -200,6 +200,7 @@ class Source:
     system_source: str = "none"
     tools_source: str = "none"
     hashed: _HashingRows | None = None
+    given_as_path: bool = False  # a path, not a run object: only then does no output mean <name>.train<suffix>
 
     @property
     def sha256(self):
@@ -233,7 +234,10 @@ def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True, list
             found_system, found_tools = _profile_values(profile)
             system_from = tools_from = getattr(profile, "source", "profile")
         if isinstance(source, Run):
-            path = source.path
+            path = Path(source.path)
+            if isinstance(rows, RunRows) and rows.path == path:  # load_run's: read as its file is
+                hashed = _HashingRows(path)
+                rows = hashed
     elif isinstance(source, (str, Path)):
         _refuse_json_text(source)
         path = Path(source).expanduser()
@@ -272,7 +276,7 @@ def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True, list
         if not tool_list:
             tools_from = "none"
     return Source(rows=rows, path=path, system=system, tools=tool_list, system_source=system_from,
-                  tools_source=tools_from, hashed=hashed)
+                  tools_source=tools_from, hashed=hashed, given_as_path=isinstance(source, (str, Path)))
 
 
 def _refuse_json_text(source):

@@ -477,7 +477,8 @@ def _export(source, outputs, system_prompt, tools, strip_think, validate, mask_m
     check_mask_mode(mask_mode)
     check_tool_output_cap(max_tool_output_chars)
     src = resolve_source(source, system_prompt, tools)
-    dests = {fmt: destination(output, src.path) for fmt, output in outputs.items()}
+    # spec 5.3: no output names <name>.train<suffix> beside a path source; a run object's writes nothing
+    dests = {fmt: destination(output, src.path if src.given_as_path else None) for fmt, output in outputs.items()}
     if src.path is not None:
         for dest in dests.values():
             if dest is not None:
