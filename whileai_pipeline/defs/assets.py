@@ -706,7 +706,9 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
         metadata["removed"] = dg.MetadataValue.json(removed)
     for fmt in formats:
         report, outcome = reports[fmt], outcomes[fmt]
-        metadata[f"{fmt}/report"] = dg.MetadataValue.json(report)
+        # ``path`` names where the file is now, as the report beside it does: the candidate's folder is gone
+        shown = {**report, "path": outcome["path"]} if "path" in report else report
+        metadata[f"{fmt}/report"] = dg.MetadataValue.json(shown)
         for name, value in numbers(report).items():
             metadata[f"{fmt}/{name}"] = value
         if outcome["path"]:
