@@ -43,6 +43,7 @@ D16_GOES_ON = re.compile(r"^(\d+) of (\d+) rows go on after their last assistant
 OPENAI_MASK = re.compile(r"^(\d+) of (\d+) rows leave assistant turns out of loss_mask")  # ours
 NO_ROWS = re.compile(r"^the iterator given as the source gave no rows")  # ours: spec E47 writes it silently
 SKIPPED = re.compile(r"^(\d+) of (\d+) (?:lines hold JSON that is not an object|rows are not objects)")  # ours
+NO_REPLY = re.compile(r"^(\d+) of (\d+) rows have no assistant turn")  # ours: nothing to train on
 D12_CHOSEN = re.compile(r"^(\d+) of (\d+) chosen replies quote their own privileged context")
 TRL_USER_TURNS = re.compile(r"^(\d+) of (\d+) pairs have a user or system turn inside chosen or rejected")
 D12_REJECTED = re.compile(r"^(\d+) rejected replies quote their own privileged context")
@@ -233,7 +234,7 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     rest, extra = _split_extra_warnings(our_warnings, {"d6_tools": D6_NO_TOOLS, "d6_system": D6_NO_SYSTEM,
                                                        "d16_dropped": D16_DROPPED, "d16_goes_on": D16_GOES_ON,
                                                        "openai_mask": OPENAI_MASK, "no_rows": NO_ROWS,
-                                                       "skipped": SKIPPED})
+                                                       "skipped": SKIPPED, "no_reply": NO_REPLY})
     # DECISIONS 6: warn when a row with tool calls is exported with no tools or no system prompt
     with_calls = _rows_with_calls(pred)
     exp_extra = set()
@@ -256,6 +257,11 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     skipped = sum(not isinstance(r, dict) for r in rows)
     if skipped:
         exp_extra.add("skipped")  # ours: rows that are not objects are skipped (the spec), and said to be
+    # ours: a row with no assistant turn has nothing to train on (OpenAI refuses it; TRL trains its every token)
+    no_reply = sum(1 for x in pred if "completion" not in x and not any(
+        isinstance(m, dict) and m.get("role") == "assistant" for m in x.get("messages") or ()))
+    if no_reply:
+        exp_extra.add("no_reply")
     if not rows and iter(src) is src:
         exp_extra.add("no_rows")  # ours: an iterator that gave nothing (one read twice, say) is said to be empty
     assert set(extra) == exp_extra, f"DECISIONS 6/16 warnings: expected {sorted(exp_extra)}, got {our_warnings}\n{ctx}"
@@ -270,6 +276,8 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
         assert extra["d16_goes_on"].groups() == (str(going_on), str(n_out)), extra["d16_goes_on"].group(0)
     if "skipped" in extra:
         assert extra["skipped"].groups() == (str(skipped), str(len(rows))), extra["skipped"].group(0)
+    if "no_reply" in extra:
+        assert extra["no_reply"].groups() == (str(no_reply), str(n_out)), extra["no_reply"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     if fmt == "trl":  # DECISIONS 16
         trl_loss = ours_rep.pop("trl_loss")

@@ -128,6 +128,9 @@ def _written(entry, plan, objects=None, long_run=None):
         masked = len(entry["loss_mask"]) - trained
     masks_a_reply = plan.masks_replies and any(
         not bit and m.get("role") == "assistant" for m, bit in zip(messages, entry["loss_mask"]))
+    # nothing to train on: OpenAI refuses such a row, TRL trains a messages row's every token (completion
+    # rows always start with an assistant turn: TRL drops the others)
+    no_reply = "completion" not in row and not any(m.get("role") == "assistant" for m in messages)
     first = messages[0] if messages else None
     tail = b""
     if plan.grouping and "prompt_text" in row:
@@ -144,6 +147,7 @@ def _written(entry, plan, objects=None, long_run=None):
         verdict(row.get("reward")),
         "completion" in row and len(row["completion"]) > 1,  # goes on after its last assistant turn
         masks_a_reply,
+        no_reply,
     )
     write = dumps_reusing if objects is None else objects.dumps
     body = write(row, "tools", plan.tools_json)
@@ -208,6 +212,7 @@ class _SftTally:
         self.truncated = self.chars_cut = self.trained = self.masked = 0
         self.going_on = 0  # TRL completions that go on after their last assistant turn
         self.replies_masked = 0  # openai rows whose loss_mask leaves an assistant turn out
+        self.no_reply = 0  # rows written with no assistant turn (nothing to train on)
         self.big_int_rows = 0  # TRL rows holding an integer beyond int64 (``_big_ints``), the first one's
         self.first_big_int = None  # (output line, where, value)
 
@@ -244,7 +249,7 @@ class _SftTally:
                 continue
             facts, body, tail = written
             (checked, invalid, with_system, with_tools, has_calls, truncated, chars_cut, trained, masked,
-             reward_verdict, goes_on, masks_a_reply, big) = facts
+             reward_verdict, goes_on, masks_a_reply, no_reply, big) = facts
             self.roundtrip.record(self.n_out, checked, invalid)
             self.with_system += with_system
             self.with_tools += with_tools
@@ -256,6 +261,7 @@ class _SftTally:
             self.rewards[reward_verdict] += 1
             self.going_on += goes_on
             self.replies_masked += masks_a_reply
+            self.no_reply += no_reply
             if big:
                 self.big_int_rows += 1
                 if self.first_big_int is None:
@@ -634,6 +640,14 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             "one line is one such line) and were skipped: a JSONL run has one row object per line."
             if src.path is not None else
             f"{t.rows_skipped} of {t.rows_read} rows are not objects (dicts) and were skipped.")
+    if t.no_reply:
+        consumer = ("OpenAI fine-tuning refuses a file that holds one" if not plan.trl else
+                    "TRL trains every token of a messages row unless SFTConfig(assistant_only_loss=True), so the "
+                    "prompt would be learned as the model's words")
+        warnings.append(
+            f"{t.no_reply} of {t.n_out} rows have no assistant turn (e.g. a run that ended before the agent "
+            f"replied), so nothing to train on: {consumer}. Leave those rows out of the export (validate names "
+            "them: no_assistant_message).")
     if not t.rows_read and src.hashed is None and not _rereadable(src.rows):  # an empty list or file: as spec E47
         warnings.append(
             "the iterator given as the source gave no rows, so the file has none; an iterator or generator is "
