@@ -47,6 +47,7 @@ NO_REPLY = re.compile(r"^(\d+) of (\d+) rows have no assistant turn")  # ours: n
 D12_CHOSEN = re.compile(r"^(\d+) of (\d+) chosen replies quote their own privileged context")
 TRL_USER_TURNS = re.compile(r"^(\d+) of (\d+) pairs have a user or system turn inside chosen or rejected")
 D12_REJECTED = re.compile(r"^(\d+) rejected replies quote their own privileged context")
+NO_REPLY_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side with no assistant turn")  # ours
 
 
 def leak_subset(rep: dict) -> dict:
@@ -476,8 +477,14 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     our_warnings = list(ours_rep.pop("warnings", []))
     rest, extra = _split_extra_warnings(our_warnings, {"d12_chosen": D12_CHOSEN, "d12_rejected": D12_REJECTED,
                                                        "d6_tools": D6_NO_TOOLS, "d6_system": D6_NO_SYSTEM,
-                                                       "user_turns": TRL_USER_TURNS})
+                                                       "user_turns": TRL_USER_TURNS, "no_reply": NO_REPLY_PAIRS})
     exp_extra = {"user_turns"} if user_turns else set()
+    # ours: an openai pair with a side that has no assistant turn (TRL drops such a pair)
+    no_reply = sum(1 for row in pred if fmt == "openai" and not all(
+        any(isinstance(m, dict) and m.get("role") == "assistant" for m in row[side])
+        for side in ("chosen", "rejected")))
+    if no_reply:
+        exp_extra.add("no_reply")
     if chosen_leaks["n_leaked"]:
         exp_extra.add("d12_chosen")
     if rejected_quoting:
@@ -496,6 +503,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
         assert extra["d12_rejected"].group(1) == str(rejected_quoting)
     if "user_turns" in extra:
         assert extra["user_turns"].groups() == (str(user_turns), str(len(pred)))
+    if "no_reply" in extra:
+        assert extra["no_reply"].groups() == (str(no_reply), str(len(pred)))
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     unexplained = {k: ours_rep.pop(k) for k in list(ours_rep) if k not in rep}
     H.assert_same(H.nan_safe(rep), H.nan_safe(ours_rep), "preference report", ctx)

@@ -137,8 +137,9 @@ def test_a_row_the_agent_never_replied_in_is_named_in_the_report(tmp_path):
 @given(rows=st.lists(clean_rows(), min_size=1, max_size=4), fmt=st.sampled_from(["openai", "trl"]),
        mask_mode=st.sampled_from(["assistant", "final"]), unroll=st.booleans(),
        cap=st.sampled_from([None, 5, 0]), strip_think=st.booleans())
-def test_clean_rows_export_to_files_their_consumer_accepts(tmp_path, rows, fmt, mask_mode, unroll, cap, strip_think):
-    out = tmp_path / "out.jsonl"
+def test_clean_rows_export_to_files_their_consumer_accepts(tmp_path_factory, rows, fmt, mask_mode, unroll, cap,
+                                                          strip_think):
+    out = tmp_path_factory.mktemp("rows") / "out.jsonl"
     report = wai.export_dataset(rows, out, format=fmt, mask_mode=mask_mode, unroll=unroll, max_tool_output_chars=cap,
                                 strip_think=strip_think, system_prompt="You are the shop assistant.", tools=TOOLS)
     errors = [p for p in validate_file(out, fmt, max_problems=10_000)["problems"] if p["severity"] == "error"]
@@ -149,3 +150,51 @@ def test_clean_rows_export_to_files_their_consumer_accepts(tmp_path, rows, fmt, 
     silent = [p for p in errors if p["code"] == "no_assistant_message"]
     assert errors == silent, errors
     assert _no_reply_warning(report) == ((len(silent), report["n_written"]) if silent else None)
+
+
+NO_REPLY_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side with no assistant turn")
+
+
+def _no_reply_pairs_warning(report):
+    found = [m for m in (NO_REPLY_PAIRS.match(w) for w in report.get("warnings", [])) if m]
+    assert len(found) <= 1, report["warnings"]
+    return (int(found[0].group(1)), int(found[0].group(2))) if found else None
+
+
+def test_a_pair_side_the_agent_never_replied_in_is_named_in_the_report(tmp_path):
+    """The same for the DPO export: an openai pair whose rejected agent never spoke is written as the spec
+    writes it (a TRL one is dropped and counted), and the report says how many such pairs it wrote."""
+    answered = {"prompt": "Refund A", "final_text": "Refunded.", "reward": 1}
+    silent = {"prompt": "Refund A", "final_text": "", "reward": 0}
+    pairs = [{"prompt": "Refund A", "chosen": answered, "rejected": silent},
+             {"prompt": "Refund A", "chosen": answered, "rejected": dict(answered, final_text="No.")}]
+    out = tmp_path / "dpo.jsonl"
+    report = wai.export_preference(pairs, out, system_prompt="You refund orders.")
+    errors = [p for p in validate_file(out, "openai")["problems"] if p["severity"] == "error"]
+    assert [(p["line"], p["code"], p["where"]) for p in errors] == [(1, "no_assistant_message", "rejected")]
+    assert _no_reply_pairs_warning(report) == (1, 2), report.get("warnings")
+    trl = wai.export_preference(pairs, tmp_path / "dpo.trl.jsonl", format="trl", system_prompt="You refund orders.")
+    assert trl["no_completion_dropped"] == 1 and _no_reply_pairs_warning(trl) is None
+    assert _no_reply_pairs_warning(wai.export_preference(pairs[1:], tmp_path / "fine.jsonl")) is None
+
+
+@SETTINGS
+@given(rows=st.lists(clean_rows(), min_size=2, max_size=8), fmt=st.sampled_from(["openai", "trl"]),
+       strip_think=st.booleans(), system_prompt=st.sampled_from(["You are the shop assistant.", None]))
+def test_clean_pairs_export_to_files_their_consumer_accepts(tmp_path_factory, rows, fmt, strip_think, system_prompt):
+    for i, row in enumerate(rows):  # one prompt, so every pair of rewards that differ can pair
+        row["prompt"], row["reward"] = "Refund order A", i % 3 / 2
+    pairs, _ = wai.build_preference_pairs(rows, max_pairs_per_prompt=4, min_margin=0.5)
+    if not pairs:
+        return
+    out = tmp_path_factory.mktemp("pairs") / "dpo.jsonl"
+    report = wai.export_preference(pairs, out, format=fmt, strip_think=strip_think, system_prompt=system_prompt,
+                                   tools=TOOLS, validate=False)
+    if not report["pairs"]:
+        assert report["no_completion_dropped"] == len(pairs) and not out.exists()
+        return
+    checked = validate_file(out, fmt, max_problems=10_000)
+    errors = [p for p in checked["problems"] if p["severity"] == "error"]
+    silent = {p["line"] for p in errors if p["code"] == "no_assistant_message"}
+    assert [p for p in errors if p["code"] != "no_assistant_message"] == []
+    assert _no_reply_pairs_warning(report) == ((len(silent), report["pairs"]) if silent else None)

@@ -123,6 +123,8 @@ def _pair_outcomes(item, plans):
             row.get("first_turn_differs") is False,
             margin if _counted_margin(margin) else None,
             plan.trl and (_speaks_for_user(row["chosen"]) or _speaks_for_user(row["rejected"])),
+            # a side with nothing to train on (TRL drops such a pair: no completion)
+            not plan.trl and not (_has_reply(row["chosen"]) and _has_reply(row["rejected"])),
         )
         write = dumps_reusing if placed is None else placed.dumps
         outcomes.append((preference_problems(row), facts, write(row, "tools", plan.tools_json)))
@@ -146,6 +148,7 @@ class _PairTally:
         self.n_margins, self.margin_sum = 0, 0
         self.first_bad = None  # the line number (a file) or index (rows) of the first entry that is no pair
         self.user_turns = 0  # TRL pairs with a user or system turn inside a side
+        self.no_reply = 0  # pairs written with a side that has no assistant turn
 
     def consume(self, outcome, position):
         tick(self.progress, self.n_entries + self.skipped + 1)
@@ -174,7 +177,8 @@ class _PairTally:
         if self.schema.bad:
             self.n_out += 1
             return
-        chosen_calls, rejected_calls, leak, rejected_quotes, has_calls, delta, identical, margin, user_turns = facts
+        (chosen_calls, rejected_calls, leak, rejected_quotes, has_calls, delta, identical, margin, user_turns,
+         no_reply) = facts
         self.roundtrip.record(2 * self.n_out, *chosen_calls)
         self.roundtrip.record(2 * self.n_out + 1, *rejected_calls)
         self.leaks.record(leak)
@@ -185,12 +189,17 @@ class _PairTally:
             self.longer += delta > 0
         self.identical += identical
         self.user_turns += user_turns
+        self.no_reply += no_reply
         if margin is not None:
             self.n_margins += 1
             self.margin_sum += margin
         if body is not None:  # None: a worker process already wrote the line
             self.spool.write(body)
         self.n_out += 1
+
+
+def _has_reply(messages) -> bool:
+    return any(m.get("role") == "assistant" for m in messages)
 
 
 def _counted_margin(margin) -> bool:
@@ -369,6 +378,11 @@ def _checked_report(tally, src, format, name="export_preference"):
             f"{t.user_turns} of {n_out} pairs have a user or system turn inside chosen or rejected (conversations "
             "with a later user message): DPOTrainer scores each side whole, so it counts those words as the "
             "model's. Pair single-turn conversations where that matters.")
+    if t.no_reply:
+        report.setdefault("warnings", []).append(
+            f"{t.no_reply} of {n_out} pairs have a side with no assistant turn (e.g. a run that ended before the "
+            "agent replied): that side has no reply for DPO to score, and a chat-format check refuses it (validate: "
+            "no_assistant_message). Leave those pairs out of the export.")
     if t.n_margins:
         report["mean_margin"] = round(t.margin_sum / t.n_margins, 4)
     if leaks.n_leaked:
