@@ -198,3 +198,51 @@ def test_clean_pairs_export_to_files_their_consumer_accepts(tmp_path_factory, ro
     silent = {p["line"] for p in errors if p["code"] == "no_assistant_message"}
     assert [p for p in errors if p["code"] != "no_assistant_message"] == []
     assert _no_reply_pairs_warning(report) == ((len(silent), report["pairs"]) if silent else None)
+
+
+@st.composite
+def answered_calls(draw):
+    """Assistant turns of calls (ids of their own or none, ints among them), each call's arguments and its tool
+    result naming the call's number: tool messages that name their id come in any order, the others in call
+    order, so the linking rule (DECISIONS 9) has exactly one right answer."""
+    msgs, number, used = [{"role": "user", "content": "q"}], 0, set()
+    for _ in range(draw(st.integers(1, 4))):
+        calls = []
+        for _ in range(draw(st.integers(1, 3))):
+            call_id = draw(st.sampled_from([None, None, None, "call_0000", "call_0001", "call_0003", "call_Ab1", 7]))
+            if call_id is not None and str(call_id) in used:
+                call_id = None
+            used.add(str(call_id))
+            call = {"type": "function", "function": {"name": "lookup", "arguments": {"call": number}}}
+            if call_id is not None:
+                call["id"] = call_id
+            calls.append((number, call_id, call))
+            number += 1
+        msgs.append({"role": "assistant", "content": "", "tool_calls": [c for _, _, c in calls]})
+        named = [c for c in draw(st.permutations(calls)) if c[1] is not None and draw(st.booleans())]
+        for n, call_id, _ in named:
+            msgs.append({"role": "tool", "content": f"result of {n}", "tool_call_id": call_id})
+        for n, _, _ in (c for c in calls if c not in named):
+            msgs.append({"role": "tool", "content": f"result of {n}"})
+        if draw(st.booleans()):
+            msgs.append({"role": "assistant", "content": "ok"})
+    return msgs
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(messages=answered_calls(), fmt=st.sampled_from(["openai", "trl"]))
+def test_every_tool_message_links_to_the_call_it_answers(messages, fmt):
+    rows = wai.training_rows([{"messages": messages}])
+    if fmt == "trl":
+        rows = wai.to_trl(rows)
+    calls = {}
+    for message in rows[0]["messages"]:
+        for call in message.get("tool_calls") or ():
+            assert call["id"] not in calls, "two calls with one id"
+            arguments = call["function"]["arguments"]
+            if fmt == "openai":
+                assert isinstance(arguments, str)
+                arguments = json.loads(arguments)  # the round-trip: a JSON string that parses to the object
+            calls[call["id"]] = arguments["call"]
+        if message["role"] == "tool":
+            assert calls[message["tool_call_id"]] == int(message["content"].rsplit(" ", 1)[1])
