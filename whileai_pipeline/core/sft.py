@@ -129,8 +129,9 @@ def _written(entry, plan, objects=None, long_run=None):
     masks_a_reply = plan.masks_replies and any(
         not bit and m.get("role") == "assistant" for m, bit in zip(messages, entry["loss_mask"]))
     # nothing to train on: OpenAI refuses such a row, TRL trains a messages row's every token (completion
-    # rows always start with an assistant turn: TRL drops the others)
-    no_reply = "completion" not in row and not any(m.get("role") == "assistant" for m in messages)
+    # rows always start with an assistant turn: TRL drops the others). ``loss_mask`` trains at least one
+    # assistant turn whenever there is one, in every mask mode: no 1 in it is no assistant turn.
+    no_reply = "completion" not in row and not trained
     first = messages[0] if messages else None
     tail = b""
     if plan.grouping and "prompt_text" in row:
@@ -636,10 +637,8 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             "rows, only the completion trained).")
     if t.rows_skipped:  # DECISIONS 15 counts them; the spec skips them without a word
         warnings.append(
-            f"{t.rows_skipped} of {t.rows_read} lines hold JSON that is not an object (a whole JSON array of rows on "
-            "one line is one such line) and were skipped: a JSONL run has one row object per line."
-            if src.path is not None else
-            f"{t.rows_skipped} of {t.rows_read} rows are not objects (dicts) and were skipped.")
+            f"{t.rows_skipped} of {t.rows_read} rows are not objects and were skipped (a whole JSON array of rows "
+            "written on one line of a file is one such row: a JSONL file has one row object a line).")
     if t.no_reply:
         consumer = ("OpenAI fine-tuning refuses a file that holds one" if not plan.trl else
                     "TRL trains every token of a messages row unless SFTConfig(assistant_only_loss=True), so the "
