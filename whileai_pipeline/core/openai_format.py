@@ -778,9 +778,10 @@ class _Report:
         """What to do with a file whose rows are mostly a simulation run's: it is checked as if it were the
         training file, so every row fails for what the export would have written."""
         share = f"all {self.rows} rows" if self.run_rows == self.rows else f"{self.run_rows} of {self.rows} rows"
-        return (f"{share} have {', '.join(self.run_keys)}: this looks like a simulation run, not "
-                f"{'an' if self.fmt == 'openai' else 'a'} {self.fmt} training file. Export it first (whileai-pipeline run FILE, or export_dataset(FILE, OUT, "
-                f"format={self.fmt!r})), then validate the file it writes")
+        article = "an" if self.fmt == "openai" else "a"
+        return (f"{share} have {', '.join(self.run_keys)}: this looks like a simulation run, not {article} "
+                f"{self.fmt} training file. Export it first (whileai-pipeline run FILE, or export_dataset(FILE, "
+                f"OUT, format={self.fmt!r})), then validate the file it writes")
 
     def looks_like(self):
         """The other format, when at least half the rows with errors do something its way; else None.
