@@ -123,8 +123,6 @@ def test_a_new_scorer_replaces_the_old_graders_verdict_not_only_its_reward(tmp_p
 def test_a_scorer_giving_nan_or_inf_marks_the_row_missing_reward_as_its_stage_line_says(tmp_path, monkeypatch):
     """A NaN or infinite reward is written as null (DECISIONS 1) and counted ungraded, so the row's
     judge_status must not say "ok" (a graded row) beside ``"reward": null``."""
-    import io
-
     from whileai_pipeline.core.jsonl import read_jsonl
     from whileai_pipeline.core.scoring import score_file
 
@@ -614,3 +612,42 @@ def test_a_scorer_that_grades_no_row_says_so_in_the_scored_step(chain, tmp_path,
     assert not [e for e in chain.instance.all_logs(result.run_id)
                 if e.level == logging.WARNING and e.step_key == "scored_simulation_data"]
     assert "warning" not in materialization(result, "scored_simulation_data")
+
+
+def test_a_nan_in_tool_arguments_fails_the_round_trip_gate_as_the_library_does_on_the_run(chain, tmp_path):
+    """The scored stage wrote the row with orjson, which makes NaN null (DECISIONS 1): the exports then read
+    {"order_id": null}, passed the round-trip gate and published a call the agent never made, where the
+    library, reading the run itself, refuses it (DECISIONS 3)."""
+    import json
+
+    import whileai_pipeline.simulations as wai
+    from whileai_pipeline.defs.partitions import PARTITIONS_NAME
+
+    from .conftest import _passing_tool_row, check_results, sample_rows
+
+    rows = copy.deepcopy(sample_rows())
+    i = _passing_tool_row(rows)
+    for message in rows[i]["messages"]:
+        for call in message.get("tool_calls") or []:
+            call["arguments"] = {"order_id": float("nan"), "limits": [1, float("inf")]}
+    run = tmp_path / "incoming" / "nan_args.jsonl"
+    run.parent.mkdir()
+    run.write_text("".join(json.dumps(row) + "\n" for row in rows))  # NaN / Infinity tokens, as json writes them
+    with pytest.raises(wai.RoundtripInvalidError):
+        wai.export_datasets(run, {"openai": tmp_path / "lib.openai.jsonl", "trl": tmp_path / "lib.trl.jsonl"})
+    key = chain.storage.register(run)
+    chain.instance.add_dynamic_partitions(PARTITIONS_NAME, [key])
+    result = chain.materialize(key)
+    assert not result.success
+    checks = check_results(result)
+    assert not checks[("sft_export", "tool_call_roundtrip")].passed
+    assert not (chain.storage.published_dir(key) / "sft.openai.jsonl").exists()
+    scored = read_rows(chain.storage.stage_path(key, "scored"))
+    texts = [call["arguments"] for m in scored[i]["messages"] for call in m.get("tool_calls") or []]
+    assert texts and all(t == '{"order_id": NaN, "limits": [1, Infinity]}' for t in texts)  # kept, as text
+    # the same bytes as the library writes from the run itself (validate=False), the scorer's keys aside
+    lib = wai.export_dataset(run, tmp_path / "lib.jsonl", validate=False)
+    staged = wai.export_dataset(chain.storage.stage_path(key, "scored"), tmp_path / "staged.jsonl", validate=False)
+    assert staged["tool_call_roundtrip"] == lib["tool_call_roundtrip"] and lib["tool_call_roundtrip"]["invalid"]
+    calls = [[m.get("tool_calls") for m in row["messages"]] for row in read_rows(tmp_path / "lib.jsonl")]
+    assert [[m.get("tool_calls") for m in row["messages"]] for row in read_rows(tmp_path / "staged.jsonl")] == calls

@@ -32,7 +32,7 @@ from typing import Callable
 from .gates import scrub
 from .groups import KeyIndex, key_digest, numeric_reward, task_key, verdict
 from .text import text
-from .wire import strip_think_blocks
+from .wire import nonfinite_arguments_as_text, strip_think_blocks
 
 BUILTIN_SCORERS = ("existing", "reference_match")
 _PUNCT = re.compile(r"[^\w\s]+", re.UNICODE)
@@ -253,7 +253,7 @@ def score_file(source, out, scorer, stats, *, dest=None, progress=None, workers=
             stats.add(row)
             if every_row and isinstance(row, dict):
                 progress(stats.n)
-            line = dumps_line(row)
+            line = dumps_line(nonfinite_arguments_as_text(row) if isinstance(row, dict) else row)
             digest.update(line)
             out.write(line)
         return digest.hexdigest()
@@ -328,7 +328,7 @@ def _score_chunk(path, chunk, scorer_name, part):
         for _, _, row, _ in chunk_rows(path, chunk):
             row = scorer.score_row(row) if isinstance(row, dict) else row
             facts.append(score_facts(row))
-            out.write(dumps_line(row))
+            out.write(dumps_line(nonfinite_arguments_as_text(row) if isinstance(row, dict) else row))
     return facts, part
 
 

@@ -85,6 +85,39 @@ def has_nonfinite(value) -> bool:
     return False
 
 
+def nonfinite_arguments_as_text(row):
+    """Write each tool call's arguments in ``row`` that hold a NaN or an infinity as JSON text (Python's
+    ``json.dumps``, which writes the ``NaN``/``Infinity`` tokens); returns ``row``, changed in place.
+
+    For a stage file the exports read again (the pipeline's scored stage): written as they are, orjson
+    makes those values null (DECISIONS 1), and the round-trip gate, which refuses such arguments
+    (DECISIONS 3) when it reads the run itself, would pass a call the agent never made. The exports
+    decode the text to the same values, so they write the same bytes and reach the same verdict.
+    """
+    if row.get("messages"):
+        for message in row["messages"] if isinstance(row["messages"], list) else ():
+            calls = message.get("tool_calls") if isinstance(message, dict) else None
+            for call in calls if isinstance(calls, list) else ():
+                if isinstance(call, dict):
+                    fn = call.get("function")
+                    _as_text(fn if isinstance(fn, dict) and "arguments" in fn else call, "arguments")
+    elif row.get("steps"):
+        for step in row["steps"] if isinstance(row["steps"], list) else ():
+            if isinstance(step, dict):
+                _as_text(step, "arguments")
+    elif isinstance(row.get("tool_trace"), list):
+        for element in row["tool_trace"]:
+            if isinstance(element, dict):
+                _as_text(element, "input")
+    return row
+
+
+def _as_text(holder, key):
+    value = holder.get(key)
+    if isinstance(value, (dict, list, float)) and has_nonfinite(value):
+        holder[key] = json.dumps(value)
+
+
 def wire_arguments(raw, objects=None) -> str:
     """The OpenAI ``function.arguments`` string: compact UTF-8 JSON (DECISIONS 2).
 
