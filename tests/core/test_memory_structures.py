@@ -243,3 +243,27 @@ def test_formats_of_one_export_share_one_group_table(tmp_path, monkeypatch):
         report = wai.export_dataset(iter(rows), tmp_path / f"one.{fmt}.jsonl", format=fmt, validate=False)
         assert path.read_bytes() == (tmp_path / f"one.{fmt}.jsonl").read_bytes()
         assert reports[fmt]["groups"] == report["groups"] == 9
+
+
+def _per_row_bytes(stats, n_rows):
+    """Bytes a row of the typed arrays a ``GroupStats`` holds with one entry per row."""
+    return sum(value.itemsize for value in vars(stats).values()
+               if isinstance(value, array.array) and len(value) == n_rows)
+
+
+def test_prescan_keeps_each_rows_group_but_not_its_reward_while_rows_are_written(tmp_path):
+    """A one-process export's pre-scan (``_Prescan``) needs each row's reward only to compute the group
+    statistics; while the rows are written it reads each row's group (4 bytes a row), so the rewards
+    (8 bytes a row: 8 MB a million rows) are not kept beside them."""
+    import hashlib
+
+    from whileai_pipeline.core.sft import _Prescan
+
+    rows = _rows(300, 7)
+    src = tmp_path / "rows.jsonl"
+    src.write_bytes(b"".join(dumps(r) + b"\n" for r in rows))
+    scan = _Prescan.of_file(src, hashlib.sha256())
+    assert scan.groups.active and scan.groups.n_groups == 7
+    assert [scan.groups.row_group(i) for i in range(300)] == [i % 7 for i in range(300)]
+    assert list(scan.groups.iter_row_groups()) == [i % 7 for i in range(300)]
+    assert _per_row_bytes(scan.groups, 300) == 4
