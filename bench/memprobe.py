@@ -2,7 +2,7 @@
 
     python -m bench.memprobe STEP --rows N --work DIR [--workers W] [--src RUN.jsonl]
 
-STEP is one of: score, passing, pairs, judge, sft, dpo, validate_sft_openai, validate_sft_trl,
+STEP is one of: score, score_reference_match, passing, group_prescan, pairs, judge, sft, dpo, validate_sft_openai, validate_sft_trl,
 validate_dpo_openai, score_stats_pairs (the DPO asset's reward pictures), raw_facts (the raw asset's
 RawStats pass), pipeline (the CLI, ``whileai-pipeline run``, in this process).
 
@@ -95,6 +95,21 @@ def step(name, work, run, workers):
             score_file(run, out, resolve_scorer("existing"), stats, dest=dest, workers=workers)
         _sidecar(run, dest)
         return {"n": stats.n, "groups": _n_groups(stats)}
+    if name == "score_reference_match":  # the other built-in scorer; writes beside, not over, scored.jsonl
+        from whileai_pipeline.core.atomic import atomic_file
+        from whileai_pipeline.core.scoring import ScoreStats, resolve_scorer, score_file
+
+        stats, dest = ScoreStats(), work / "scored_reference_match.jsonl"
+        with atomic_file(dest) as out:
+            score_file(run, out, resolve_scorer("reference_match"), stats, dest=dest, workers=workers)
+        return {"n": stats.n, "groups": _n_groups(stats), "pass": stats.counts["pass"]}
+    if name == "group_prescan":  # the one-process export's group statistics (GroupStats over every row)
+        import hashlib
+
+        from whileai_pipeline.core.sft import _Prescan
+
+        scan = _Prescan.of_file(work / "sft_source.jsonl", hashlib.sha256())
+        return {"groups": scan.groups.n_groups}
     if name == "passing":
         from whileai_pipeline.core.atomic import atomic_file
         from whileai_pipeline.core.scoring import ScoreStats, passing_rows_file
