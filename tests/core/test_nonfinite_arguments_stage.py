@@ -59,3 +59,27 @@ def test_finite_arguments_and_other_keys_are_left_as_they_are():
     assert nonfinite_arguments_as_text(copy.deepcopy(row))["steps"][0]["arguments"] == {"order_id": 7.5}
     kept = nonfinite_arguments_as_text(copy.deepcopy(row))
     assert math.isnan(kept["reward"]) and math.isnan(kept["steps"][0]["result"])  # not arguments: DECISIONS 1's
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+@pytest.mark.parametrize("shape", ["steps", "loose_calls", "envelope_calls"])  # a pair's sides leave tool_trace out
+def test_a_pairs_file_keeps_what_the_round_trip_gate_refuses(tmp_path, shape, fmt):
+    """build_pairs_file gives build_preference_pairs' pairs (API_CONTRACT): a pairs file is a stage file too, and
+    a run's NaN arguments written as null there made the DPO export of the file pass calls that the export of
+    the pairs in memory refuses."""
+    import json
+
+    from whileai_pipeline.core.pairs import build_pairs_file
+
+    rows = [dict(ROWS[shape], reward=1), dict(ROWS[shape], reward=0, final_text="No idea.")]
+    run = tmp_path / "run.jsonl"
+    run.write_text("".join(json.dumps(row) + "\n" for row in rows))  # NaN/Infinity tokens, as Python writes them
+    pairs, _ = wai.build_preference_pairs(copy.deepcopy(rows))
+    build_pairs_file(run, tmp_path / "pairs.jsonl")
+    direct = wai.export_preference(pairs, tmp_path / "direct.jsonl", format=fmt, validate=False)
+    from_file = wai.export_preference(tmp_path / "pairs.jsonl", tmp_path / "file.jsonl", format=fmt, validate=False)
+    assert direct["tool_call_roundtrip"]["invalid"] >= 1
+    assert from_file["tool_call_roundtrip"] == direct["tool_call_roundtrip"]
+    assert (tmp_path / "file.jsonl").read_bytes() == (tmp_path / "direct.jsonl").read_bytes()
+    with pytest.raises(wai.RoundtripInvalidError):
+        wai.export_preference(tmp_path / "pairs.jsonl", tmp_path / "refused.jsonl", format=fmt)
