@@ -75,6 +75,26 @@ def test_reference_match_takes_a_reference_that_is_a_json_number():
         assert scorer.score_row({"privileged": {"reference": not_a_reference}, "final_text": "42"})["reward"] is None
 
 
+@pytest.mark.parametrize("reference, answer, reward", [
+    (2.50, "The total is $2.50.", 1.0),  # the run's JSON wrote 2.50: the number is 2.5, whose text is "2.5"
+    (3.0, "It takes 3 days.", 1.0),
+    (1e3, "It is 1000 units.", 1.0),
+    (1000, "It costs 1,000 dollars.", 1.0),
+    (42, "The total is 41.42.", 0.0),  # "41 42" once normalized: the word 42 was a pass
+    (42, "The balance is -42.", 0.0),
+    (5, "It takes 2.5 hours.", 0.0),
+    (2.5, "2.5 hours", 1.0),
+    (42, "The total is 42.", 1.0),
+    (42, "Orders 40-42 shipped.", 1.0),
+])
+def test_reference_match_compares_a_number_reference_with_the_numbers_of_the_answer(reference, answer, reward):
+    """Found by a review: a number reference was matched as its Python text, normalized, so 2.50 (a price, as
+    the run's JSON writes it) failed the answer "$2.50" and 3.0 failed "3", while 42 passed "41.42" and "-42"
+    (punctuation becomes a space, leaving the word 42): wrong grades, published as passes."""
+    row = {"privileged": {"reference": reference}, "final_text": answer}
+    assert resolve_scorer("reference_match").score_row(row)["reward"] == reward
+
+
 def test_reference_match_grades_the_answer_not_the_reasoning_before_it():
     """Found by a review: the final answer was matched with its ``<think>`` block, so a reply that thought
     of the reference and then answered something else ("<think>42? no.</think>41") was graded a pass,

@@ -6,8 +6,9 @@ A scorer is named by a string:
 * ``reference_match``: the row's final answer (``<think>`` blocks left out) against its
   ``privileged.reference``, both normalized (Unicode NFKC, case-folded, punctuation to spaces,
   whitespace collapsed). Reward 1.0 when the
-  reference is the whole answer or appears in it as a run of whole words, else 0.0; a row without a
-  string or (finite, non-bool) number reference is left ungraded (reward ``None``).
+  reference is the whole answer or appears in it as a run of whole words, else 0.0; a (finite, non-bool)
+  number reference passes when the answer writes a number of that value ("2.50" for 2.5). A row without a
+  string or number reference is left ungraded (reward ``None``).
 * ``module:function``: any importable callable ``f(row) -> reward`` where the reward is a number,
   ``None`` (ungraded) or a dict ``{"reward": ..., "reason": ...}``. The row passed in is a copy.
 
@@ -18,6 +19,7 @@ model's data can always be traced to the scorer that chose it.
 
 import contextlib
 import copy
+import decimal
 import hashlib
 import importlib
 import itertools
@@ -102,7 +104,7 @@ def _reference_match(row):
     privileged = row.get("privileged")
     reference = privileged.get("reference") if isinstance(privileged, dict) else None
     if type(reference) is int or (type(reference) is float and math.isfinite(reference)):
-        reference = str(reference)  # a number in the run's JSON ({"reference": 42}): its text, as a reply writes it
+        return _number_match(reference, final_answer(row))  # a number in the run's JSON ({"reference": 42})
     if not isinstance(reference, str) or not normalize_answer(reference):
         return None, "reference_match: no privileged reference on this row"
     ref = normalize_answer(reference)
@@ -112,6 +114,20 @@ def _reference_match(row):
     if answer and f" {ref} " in f" {answer} ":
         return 1.0, "reference_match: the final answer contains the reference"
     return 0.0, "reference_match: the final answer does not contain the reference"
+
+
+# a number as a reply writes it: a sign only at its start (not the hyphen of "40-42"), thousands separated by commas
+_NUMBER = re.compile(r"(?<![\w.])(?:[-+](?=\d))?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def _number_match(reference, answer):
+    """A number reference against the numbers the answer writes, by value: its text would lose how the run wrote
+    it (2.50 reads as 2.5, 1e3 as 1000.0), and a word match passes 42 in "41.42" or "-42"."""
+    value = decimal.Decimal(repr(reference))
+    for found in _NUMBER.findall(unicodedata.normalize("NFKC", answer)):
+        if decimal.Decimal(found.replace(",", "")) == value:
+            return 1.0, "reference_match: the final answer holds the reference number"
+    return 0.0, "reference_match: the final answer does not hold the reference number"
 
 
 def _wrap_callable(fn, name):
