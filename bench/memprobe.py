@@ -2,8 +2,8 @@
 
     python -m bench.memprobe STEP --rows N --work DIR [--workers W] [--src RUN.jsonl]
 
-STEP is one of: score, score_reference_match, passing, group_prescan, pairs, judge, sft, dpo, validate_sft_openai, validate_sft_trl,
-validate_dpo_openai, score_stats_pairs (the DPO asset's reward pictures), raw_facts (the raw asset's
+STEP is one of: score, score_reference_match, passing, group_prescan, pairs, judge, sft, dpo,
+validate_sft_openai, validate_sft_trl, validate_dpo_openai, score_stats_pairs (the DPO asset's reward pictures), raw_facts (the raw asset's
 RawStats pass), pipeline (the CLI, ``whileai-pipeline run``, in this process).
 
 Inputs and outputs live in DIR (``scored.jsonl``, ``sft_source.jsonl``, ``pairs.jsonl``, ...), each
