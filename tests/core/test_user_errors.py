@@ -175,7 +175,7 @@ def test_load_run_and_read_jsonl_say_they_take_a_path(value):
         wai.load_run(value)
     with pytest.raises(TypeError, match=rf"^read_jsonl takes the path of a \.jsonl file \(str or os\.PathLike\), "
                                         rf"got {type(value).__name__}"):
-        list(wai.read_jsonl(value))
+        wai.read_jsonl(value)  # at the call, not at the first next(): a generator said nothing until then
 
 
 def test_load_run_takes_a_bytes_path_as_read_jsonl_does(tmp_path):

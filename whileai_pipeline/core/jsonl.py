@@ -165,15 +165,15 @@ def splice(body: bytes, suffix: bytes = b"", tail: bytes = b"") -> bytes:
 
 
 def read_jsonl(path):
-    """Yield each JSON value of a JSONL file; blank lines are skipped (DECISIONS 7).
+    """An iterator of each JSON value of a JSONL file; blank lines are skipped (DECISIONS 7).
 
     Reads line by line, so memory does not grow with the file. A line that is not valid UTF-8 JSON
-    raises ``BadJsonlError`` naming the file and the 1-based line number.
+    raises ``BadJsonlError`` naming the file and the 1-based line number. A ``path`` that is no path is
+    refused here, at the call, not at the first ``next()``.
     """
     path = check_path(path, "read_jsonl takes the path of a .jsonl file", "e.g. read_jsonl('runs/my_run.jsonl'); "
                       "rows already in memory need no reading")
-    for _, value in iter_jsonl(path):
-        yield value
+    return (value for _, value in iter_jsonl(path))
 
 
 _BLANK = object()
