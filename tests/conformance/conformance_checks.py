@@ -48,6 +48,7 @@ D12_CHOSEN = re.compile(r"^(\d+) of (\d+) chosen replies quote their own privile
 TRL_USER_TURNS = re.compile(r"^(\d+) of (\d+) pairs have a user or system turn inside chosen or rejected")
 D12_REJECTED = re.compile(r"^(\d+) rejected replies quote their own privileged context")
 NO_REPLY_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side with no assistant turn")  # ours
+SKIPPED_PAIRS = re.compile(r"^(\d+) of (\d+) entries are not objects and were skipped")  # ours
 
 
 def leak_subset(rep: dict) -> dict:
@@ -467,8 +468,9 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     else:
         assert o.rows is None, "no pairs left: nothing is written (spec 7.3 step 9)"
 
+    skipped = sum(not isinstance(p, dict) for p in pairs)
     ours_rep = H.pop_d15_d6(o.report, rows_read=len(pairs), written=o.raw,  # every entry, as for rows
-                            path_source=None, sp_source="argument" if system_prompt is not None else "none",
+                            rows_skipped=skipped, path_source=None, sp_source="argument" if system_prompt is not None else "none",
                             tools_source="argument" if tools is not None else "none")
     if pred:
         # DECISIONS 15 ("rows written"): export_preference has no n_written in the spec; ours adds it.
@@ -477,7 +479,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     our_warnings = list(ours_rep.pop("warnings", []))
     rest, extra = _split_extra_warnings(our_warnings, {"d12_chosen": D12_CHOSEN, "d12_rejected": D12_REJECTED,
                                                        "d6_tools": D6_NO_TOOLS, "d6_system": D6_NO_SYSTEM,
-                                                       "user_turns": TRL_USER_TURNS, "no_reply": NO_REPLY_PAIRS})
+                                                       "user_turns": TRL_USER_TURNS, "no_reply": NO_REPLY_PAIRS,
+                                                       "skipped": SKIPPED_PAIRS})
     exp_extra = {"user_turns"} if user_turns else set()
     # ours: an openai pair with a side that has no assistant turn (TRL drops such a pair)
     no_reply = sum(1 for row in pred if fmt == "openai" and not all(
@@ -485,6 +488,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
         for side in ("chosen", "rejected")))
     if no_reply:
         exp_extra.add("no_reply")
+    if skipped:
+        exp_extra.add("skipped")  # ours: entries that are not objects are skipped (the spec), and said to be
     if chosen_leaks["n_leaked"]:
         exp_extra.add("d12_chosen")
     if rejected_quoting:
@@ -505,6 +510,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
         assert extra["user_turns"].groups() == (str(user_turns), str(len(pred)))
     if "no_reply" in extra:
         assert extra["no_reply"].groups() == (str(no_reply), str(len(pred)))
+    if "skipped" in extra:
+        assert extra["skipped"].groups() == (str(skipped), str(len(pairs))), extra["skipped"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     unexplained = {k: ours_rep.pop(k) for k in list(ours_rep) if k not in rep}
     H.assert_same(H.nan_safe(rep), H.nan_safe(ours_rep), "preference report", ctx)

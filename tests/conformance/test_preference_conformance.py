@@ -258,3 +258,21 @@ def test_d5_generator_pairs_read_once(tmp_path):
         check_export_preference(ref, ours, pairs, Path(d), fmt="openai", drop_ties=True, system_prompt="S",
                                 tools=None, strip_think=True, validate=True,
                                 our_source=lambda: (p for p in H.deep(pairs)))
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+@pytest.mark.parametrize("only_junk", [False, True], ids=["some", "all"])
+def test_entries_that_are_not_objects_are_skipped_and_said(tmp_path, fmt, only_junk):
+    """DECISIONS 15 counts entries that are not objects (``rows_skipped``); the spec skips them without a word,
+    so a whole JSON array of pairs on one line got "regrade or raise difficulty". Ours warns, and appends it
+    to the no-pairs error (DECISIONS 14: after the reference's text)."""
+    pair = _pair({"prompt": "Refund A", "final_text": "Refunded."}, {"prompt": "Refund A", "final_text": "No."},
+                 margin=1.0)
+    pairs = [[pair], None, 7] if only_junk else [[pair], pair, "x"]
+    outcome = check_export_preference(ref, ours, pairs, tmp_path, fmt=fmt, drop_ties=True, system_prompt="S",
+                                      tools=None, strip_think=True, validate=True)
+    assert (outcome == "refused") == only_junk
+    if only_junk:
+        with pytest.raises(ours.NoPreferencePairsError, match=r"Here 3 of 3 entries are not objects and were "
+                                                              r"skipped \(a whole JSON array of pairs"):
+            ours.export_preference(pairs, tmp_path / "x.jsonl", format=fmt)

@@ -403,6 +403,8 @@ def _checked_report(tally, src, format, name="export_preference"):
         report.setdefault("warnings", []).append(
             f"{rows_with_calls} of {n_out} rows make tool calls but were exported without a system prompt. "
             "Pass system_prompt=, or keep a <name>.meta.json sidecar beside the pairs file.")
+    if skipped:  # DECISIONS 15 counts them; the spec skips them without a word
+        report.setdefault("warnings", []).append(f"{_skipped_entries(skipped, n_entries)}.")
     report["system_prompt_source"] = src.system_source
     report["tools_source"] = src.tools_source
     report["rows_read"] = n_entries + skipped
@@ -435,6 +437,11 @@ def _raise_if_refused(tally, report, validate, started, digest):
         raise NoPreferencePairsError(_no_pairs_message(tally))
 
 
+def _skipped_entries(skipped, n_entries):
+    return (f"{skipped} of {skipped + n_entries} entries are not objects and were skipped (a whole JSON array "
+            "of pairs written on one line of a file is one such entry: a JSONL file has one pair object a line)")
+
+
 def _no_pairs_message(tally):
     """Spec 7.3 step 9's text when there were no pairs; when there were and every one was dropped, why."""
     reasons = []
@@ -447,8 +454,9 @@ def _no_pairs_message(tally):
                        "agent never replied), which leaves TRL no prompt or no completion (no_completion_dropped); "
                        "pass system_prompt=, or format='openai'")
     if not reasons:
-        return ("no_preference_pairs: nothing had a chosen and a rejected side. All-pass or all-fail runs "
+        said = ("no_preference_pairs: nothing had a chosen and a rejected side. All-pass or all-fail runs "
                 "produce no contrast; regrade or raise difficulty, or pass validate=False to get the empty "
                 "report without a file.")
+        return f"{said} Here {_skipped_entries(tally.skipped, tally.n_entries)}." if tally.skipped else said
     return (f"no_preference_pairs: every pair was dropped: {'; '.join(reasons)}. Or pass validate=False to get "
             "the empty report without a file.")
