@@ -1,11 +1,17 @@
 """Issue 6.5: privileged context never leaves in metadata, and quoting replies are always caught."""
 
+import sys
+from pathlib import Path
+
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import whileai_pipeline.simulations as wai
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
+import conformance_strategies as S  # noqa: E402
 
 # DECISIONS 8, written out: taken from the library, a key dropped from its list would be dropped from
 # this test's rows and from its check alike, and the property would still hold.
@@ -62,6 +68,8 @@ def _assert_clean(path):
     for line in path.read_bytes().splitlines():
         row = orjson.loads(line)
         meta = {k: v for k, v in row.items() if k not in CONVERSATION_KEYS}
+        if not isinstance(row.get("prompt"), list):  # a prompt text (openai rows, pairs) is metadata
+            meta["prompt"] = row.get("prompt")
         leaked = _metadata_keys(meta, set()) & BLOCKED_KEYS
         assert not leaked, f"blocked keys in exported metadata: {leaked}"
 
@@ -104,3 +112,49 @@ def test_an_assistant_turn_made_of_content_parts_is_searched(tmp_path, content):
         with pytest.raises(wai.PrivilegedLeakError):
             wai.export_dataset([row], tmp_path / f"{fmt}.jsonl", format=fmt)
     assert not list(tmp_path.iterdir())
+
+
+# Every export mode (masked, unrolled, TRL completion rows), with blocked keys in carried keys of every shape:
+# lists of pairs (which unroll turns into an object), strings, nested lists.
+CARRIED = ["lineage", "reason", "faults", "usage", "history", "sampling", "world_state", "user", "token_logprobs"]
+carried_values = st.recursive(
+    st.one_of(st.integers(), st.text(max_size=6)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(st.sampled_from(sorted(BLOCKED_KEYS) + ["a", "note"]), inner, max_size=3),
+                            st.lists(st.tuples(st.sampled_from(sorted(BLOCKED_KEYS) + ["b"]), inner).map(list),
+                                     max_size=2)),
+    max_leaves=8,
+)
+
+
+@st.composite
+def rows_with_carried_keys(draw):
+    row = draw(S.trajectory_rows())
+    for key in draw(st.lists(st.sampled_from(CARRIED), max_size=3, unique=True)):
+        row[key] = draw(carried_values)
+    return row
+
+
+@SETTINGS
+@given(batch=st.lists(rows_with_carried_keys(), min_size=1, max_size=5), fmt=st.sampled_from(["openai", "trl"]),
+       mask_mode=st.sampled_from(["assistant", "final"]), unroll=st.booleans())
+def test_no_blocked_key_leaves_in_any_mode(tmp_path_factory, batch, fmt, mask_mode, unroll):
+    tmp = tmp_path_factory.mktemp("scrub")
+    try:
+        wai.export_dataset(batch, tmp / "sft.jsonl", format=fmt, mask_mode=mask_mode, unroll=unroll, validate=False)
+    except wai.SchemaInvalidError:
+        pass
+    else:
+        _assert_clean(tmp / "sft.jsonl")
+    for i, row in enumerate(batch):  # every row a candidate: one prompt, rewards that differ
+        row.update(prompt="Refund order A", reward=i % 2, judge_status="ok")
+    pairs, _ = wai.build_preference_pairs(batch, max_pairs_per_prompt=3)
+    for pair in pairs:
+        pair["pairwise"] = {"winner": "chosen", "reasons": [{"privileged": {"reference": "a hidden reference"}}]}
+    try:
+        report = wai.export_preference(pairs, tmp / "dpo.jsonl", format=fmt, validate=False, system_prompt="SYS")
+    except ValueError as exc:  # no pairs at all: nothing to check
+        assert str(exc).startswith("no_preference_pairs:")
+        return
+    if report["pairs"]:
+        _assert_clean(tmp / "dpo.jsonl")
