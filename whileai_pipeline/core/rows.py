@@ -58,11 +58,13 @@ def convert_row(raw, system, tools, strip_think, mask_mode, unroll, cap, rebuilt
     """
     row = bridge_tool_trace(raw)
     messages = row.get("messages")
+    call_ids = None  # read by to_wire
     if not messages:
         messages = rebuilt if (rebuilt is not None and row is raw) else conversation(row)
+        call_ids = ()  # a rebuilt conversation's calls bring no ids
     stats = WireStats()
     wire = to_wire(messages, system=system, strip_think=strip_think, max_tool_output_chars=cap, stats=stats,
-                   objects=objects)
+                   objects=objects, call_ids=call_ids)
     entry = {"messages": wire}
     if stats.truncated:
         entry["tool_output_truncated"] = stats.truncated
