@@ -72,13 +72,17 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 # ---------------------------------------------------------------- round-trip gate
 
-def count_tool_calls(messages, encoding, objects=None):
+def count_tool_calls(messages, encoding, objects=None, known=()):
     """(tool calls, calls whose arguments do not parse back to an object) in these messages.
 
     ``objects``: the ``wire.ObjectTexts`` whose Fragments (objects by construction) these messages hold.
+    ``known``: argument texts ``to_wire`` wrote from an object (``ObjectTexts.texts``), which read back as
+    one: an ``openai`` row's are not parsed again (about 4 µs of a 20 KB bench row).
     """
     checked = invalid = 0
     fragments = {id(fn) for fn, _ in objects.placed} if objects is not None else ()
+    if encoding != "json_string":
+        known = ()  # a text is never an object where arguments must be one
     for message in messages or ():
         if not isinstance(message, dict):
             continue
@@ -88,6 +92,8 @@ def count_tool_calls(messages, encoding, objects=None):
             if fragments and id(fn) in fragments:
                 continue
             arguments = fn.get("arguments") if isinstance(fn, dict) else None
+            if known and type(arguments) is str and arguments in known:
+                continue
             if not arguments_are_structured(arguments, encoding):
                 invalid += 1
     return checked, invalid

@@ -83,7 +83,9 @@ def _sft_outcomes(raw, plans, long_run=None):
     rebuilt = None if raw.get("messages") else conversation(raw)
     leak = leak_outcome(raw, rebuilt=rebuilt)
     entries = [[] for _ in plans]
-    objects = ObjectTexts() if plans[-1].trl and base.json_rows else None
+    # the argument texts to_wire writes from objects: a TRL row carries them as they are, and the round-trip
+    # gate knows they read back as objects (``count_tool_calls``)
+    objects = ObjectTexts() if base.json_rows else None
     for entry in convert_row(raw, base.system, base.tools, base.strip_think, base.mask_mode, base.unroll, base.cap,
                              rebuilt, objects):
         problems = training_problems(entry)
@@ -110,6 +112,7 @@ def _written(entry, plan, objects=None, long_run=None):
     Arguments ``objects`` holds stay text, written as they are (``wire.ObjectTexts``).
     """
     row = entry
+    known = objects.texts if objects is not None else ()
     if not plan.trl:
         objects = None
     else:
@@ -120,7 +123,7 @@ def _written(entry, plan, objects=None, long_run=None):
         if row is None:
             return None
     messages = row_conversation_messages(row)
-    checked, invalid = count_tool_calls(messages, plan.encoding, objects)
+    checked, invalid = count_tool_calls(messages, plan.encoding, objects, known)
     if "completion" in row:
         trained, masked = len(row["completion"]), len(row["prompt"])
     else:
