@@ -55,3 +55,18 @@ def test_shortcut_gives_the_same_verdict(replies, final, secrets, quote):
     row = {"prompt": "q", "steps": [{"text": r} for r in replies], "final_text": final,
            "privileged": {"reference": secrets[0] if secrets else "", "principle": secrets[1:]}}
     assert leak_verdict(row) == _slow_verdict(row)
+
+
+@settings(max_examples=400, deadline=None)
+@given(replies=st.lists(TEXT, min_size=1, max_size=4), secrets=st.lists(TEXT, max_size=3), quote=st.data())
+def test_shortcut_gives_the_same_verdict_when_the_final_repeats_a_reply(replies, secrets, quote):
+    # the gate searches a final text that repeats a reply once, for the words; the verdict must not change,
+    # needles that run from the final text into the first reply included
+    final = quote.draw(st.sampled_from(replies))
+    joined = " ".join([final, *replies])
+    a = quote.draw(st.integers(0, len(joined)))
+    b = quote.draw(st.integers(a, len(joined)))
+    secrets = secrets + [joined[a:b].upper(), "  " + joined[a:b].replace(" ", "\u2003 ") + "\n"]
+    row = {"prompt": "q", "steps": [{"text": r} for r in replies], "final_text": final,
+           "privileged": {"reference": secrets[0], "principle": secrets[1:]}}
+    assert leak_verdict(row) == _slow_verdict(row)

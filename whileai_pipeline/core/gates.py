@@ -229,7 +229,8 @@ def _needles(privileged, min_len):
     return needles
 
 
-def _lowered_replies(row, rebuilt):
+def _reply_parts(row, rebuilt):
+    """The texts the leak gate searches: the final text, then what every assistant turn says."""
     parts = [text(row.get("final_text") or "")]
     messages = row.get("messages")
     if not (isinstance(messages, list) and messages):
@@ -244,6 +245,10 @@ def _lowered_replies(row, rebuilt):
                 # which escapes what is not ASCII: search that text and the strings inside it.
                 parts.append(content_text(content))
                 parts.extend(_strings_in(content))
+    return parts
+
+
+def _lowered(parts):
     return lower("\n".join(p for p in parts if p))
 
 
@@ -269,10 +274,15 @@ def leak_verdict(row, min_len=LEAK_MIN_QUOTE_CHARS, rebuilt=None):
     needles, words = _needle_set(row, min_len)
     if not needles:
         return None
-    lowered = _lowered_replies(row, rebuilt)
+    parts = _reply_parts(row, rebuilt)
+    # The words hold no whitespace either, so each lies within one part (lowercasing does not reach across
+    # the newline between two): a final text that repeats a reply (a conversation ends on it) is searched
+    # once, not twice (28% of a bench row's text; 2.5 µs of a 20 KB row).
+    repeated = parts[0] and parts[0] in parts[1:]
+    lowered = _lowered(parts[1:] if repeated else parts)
     if not any(word in lowered for word in words):
         return False
-    haystack = normalize(lowered)
+    haystack = normalize(_lowered(parts) if repeated else lowered)
     for field, needle, _ in needles:
         if needle in haystack:
             return field, needle
