@@ -604,15 +604,14 @@ def _pair_lines(source, jobs):
         def row_at(offset, length):
             line = os.pread(fd, length, offset)
             try:
-                return exact_numbers(line, orjson.loads(line))
+                return exact_numbers(line, orjson.loads(line))  # orjson never reads a NaN or an infinity
             except orjson.JSONDecodeError:
                 # the number only tells parse_line whether a BOM may lead the line
-                return parse_line(source, 1 if offset == 0 else 2, line)
+                row = parse_line(source, 1 if offset == 0 else 2, line)
+                return nonfinite_arguments_as_text(row) if isinstance(row, dict) else row
 
         for c, r, c_offset, c_length, r_offset, r_length in jobs:
-            chosen, rejected = row_at(c_offset, c_length), row_at(r_offset, r_length)
-            yield dumps_line(pair_fields(c, r, *(nonfinite_arguments_as_text(row) if isinstance(row, dict) else row
-                                                 for row in (chosen, rejected))))
+            yield dumps_line(pair_fields(c, r, row_at(c_offset, c_length), row_at(r_offset, r_length)))
     finally:
         os.close(fd)
 
