@@ -342,9 +342,8 @@ def looks_like_json_text(name) -> bool:
 
 def write_jsonl(dest, rows) -> int:
     """Write rows atomically, one compact JSON object a line; returns the number of rows."""
-    if not isinstance(dest, (str, os.PathLike)):
-        raise TypeError(f"write_jsonl(dest, rows) takes the file to write first (str or os.PathLike), got "
-                        f"{type(dest).__name__} {dest!r:.60}: e.g. write_jsonl('rows.jsonl', rows)")
+    dest = check_path(dest, "write_jsonl(dest, rows) takes the file to write first",
+                      "e.g. write_jsonl('rows.jsonl', rows)")
     check_rows(rows, "write_jsonl(dest, rows) takes rows", "pass a list of row dicts", error=TypeError)
     n = 0
     with atomic_file(dest) as fh:
