@@ -95,6 +95,27 @@ def test_reference_match_compares_a_number_reference_with_the_numbers_of_the_ans
     assert resolve_scorer("reference_match").score_row(row)["reward"] == reward
 
 
+@pytest.mark.parametrize("reference, answer, reward", [
+    ("42", "The total is 41.42.", 0.0),
+    ("42", "The balance is -42.", 0.0),
+    ("5", "It takes 2.5 hours.", 0.0),
+    ("2.5", "The total is $2.50.", 1.0),
+    ("1,000", "It is 1000 units.", 1.0),
+    (" 42 ", "The total is 42.", 1.0),
+    ("-3", "It fell by -3 degrees.", 1.0),
+    ("-3", "It rose by 3 degrees.", 0.0),
+    ("007", "Agent 007 reported.", 1.0),  # a leading zero: an identifier, matched as words
+    ("007", "Agent 7 reported.", 0.0),
+    ("42 apples", "I bought 42 apples.", 1.0),  # not only a number: words
+])
+def test_reference_match_compares_a_reference_text_that_is_a_number_by_value(reference, answer, reward):
+    """A reference that the run stores as text but that is a number ("42", as most datasets keep answers)
+    was matched as words: "41.42" and "-42" passed "42" (punctuation becomes a space, leaving the word
+    42) and "$2.50" failed "2.5". It is now compared by value, as a JSON number reference is."""
+    row = {"privileged": {"reference": reference}, "final_text": answer}
+    assert resolve_scorer("reference_match").score_row(row)["reward"] == reward
+
+
 def test_reference_match_grades_the_answer_not_the_reasoning_before_it():
     """Found by a review: the final answer was matched with its ``<think>`` block, so a reply that thought
     of the reference and then answered something else ("<think>42? no.</think>41") was graded a pass,

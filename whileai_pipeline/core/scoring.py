@@ -104,7 +104,9 @@ def _reference_match(row):
     privileged = row.get("privileged")
     reference = privileged.get("reference") if isinstance(privileged, dict) else None
     if type(reference) is int or (type(reference) is float and math.isfinite(reference)):
-        return _number_match(reference, final_answer(row))  # a number in the run's JSON ({"reference": 42})
+        return _number_match(repr(reference), final_answer(row))  # a number in the run's JSON ({"reference": 42})
+    if isinstance(reference, str) and (number := _number_text(reference)):
+        return _number_match(number, final_answer(row))  # a number kept as text ({"reference": "42"})
     if not isinstance(reference, str) or not normalize_answer(reference):
         return None, "reference_match: no privileged reference on this row"
     ref = normalize_answer(reference)
@@ -120,10 +122,19 @@ def _reference_match(row):
 _NUMBER = re.compile(r"(?<![\w.])(?:[-+](?=\d))?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
+def _number_text(reference):
+    """A text reference that is one number as a reply writes it ("42", " -2.50", "1,000"), without the
+    leading zero of an identifier ("007"), with the thousands commas dropped; else None."""
+    reference = unicodedata.normalize("NFKC", reference).strip()
+    if not _NUMBER.fullmatch(reference) or re.match(r"[-+]?0\d", reference):
+        return None
+    return reference.replace(",", "")
+
+
 def _number_match(reference, answer):
-    """A number reference against the numbers the answer writes, by value: its text would lose how the run wrote
-    it (2.50 reads as 2.5, 1e3 as 1000.0), and a word match passes 42 in "41.42" or "-42"."""
-    value = decimal.Decimal(repr(reference))
+    """A number reference (its text, ``_number_text`` or a JSON number's repr) against the numbers the answer
+    writes, by value: a word match passes 42 in "41.42" or "-42" and fails 2.5 in "$2.50"."""
+    value = decimal.Decimal(reference)
     for found in _NUMBER.findall(unicodedata.normalize("NFKC", answer)):
         if decimal.Decimal(found.replace(",", "")) == value:
             return 1.0, "reference_match: the final answer holds the reference number"
