@@ -116,6 +116,17 @@ def test_reference_match_compares_a_reference_text_that_is_a_number_by_value(ref
     assert resolve_scorer("reference_match").score_row(row)["reward"] == reward
 
 
+@pytest.mark.parametrize("reference, answer, reward", [
+    ("5 apples", "I ate 2.5 apples.", 0.0),  # "2 5 apples" once a decimal point became a space
+    ("2.5 apples", "I ate 2.5 apples.", 1.0),
+    ("000 people", "About 1,000 people came.", 0.0),
+    ("Paris, France", "It is Paris, France.", 1.0),  # a comma not between digits is still punctuation
+])
+def test_reference_match_keeps_a_decimal_point_between_digits(reference, answer, reward):
+    row = {"privileged": {"reference": reference}, "final_text": answer}
+    assert resolve_scorer("reference_match").score_row(row)["reward"] == reward
+
+
 def test_reference_match_grades_the_answer_not_the_reasoning_before_it():
     """Found by a review: the final answer was matched with its ``<think>`` block, so a reply that thought
     of the reference and then answered something else ("<think>42? no.</think>41") was graded a pass,

@@ -37,7 +37,8 @@ from .text import text
 from .wire import nonfinite_arguments_as_text, strip_think_blocks
 
 BUILTIN_SCORERS = ("existing", "reference_match")
-_PUNCT = re.compile(r"[^\w\s]+", re.UNICODE)
+# punctuation, but for a decimal point or thousands comma between digits: "2.5" must not hold the word "5"
+_PUNCT = re.compile(r"(?:(?!(?<=\d)[.,]\d)[^\w\s])+", re.UNICODE)
 _WS = re.compile(r"\s+")
 
 
