@@ -539,6 +539,24 @@ def export_outputs(storage, key, asset_name) -> dict:
     return _stats([p for path in files for p in (path, report_file(path))])
 
 
+def live_files(storage, key, kind, outcomes) -> dict:
+    """``{format: {"path", "sha256"}}`` of the files ``published/<run>/`` holds of export ``kind`` (what a trainer
+    downloads). ``outcomes``: what this export published (``publish``), whose SHA-256 is known; a file it did
+    not publish (a refusal, nothing to publish) is hashed, as its report could be older than it."""
+    out = {}
+    for fmt in FORMATS:
+        path = storage.published_path(key, kind, fmt)
+        if not path.is_file():
+            continue
+        outcome = outcomes.get(fmt) or {}
+        try:
+            sha = outcome["sha256"] if outcome.get("path") == str(path) else sha256_file(path)
+        except OSError:  # removed or unreadable since: named, without a hash
+            sha = None
+        out[fmt] = {"path": str(path), "sha256": sha}
+    return out
+
+
 def _stats(paths) -> dict:
     out = {}
     for path in paths:
@@ -742,6 +760,9 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
     # what else the files depend on: the schedule skips the run while all three stay the same
     metadata["inputs"] = dg.MetadataValue.json(inputs)
     metadata["outputs"] = dg.MetadataValue.json(export_outputs(storage, key, f"{kind}_export"))
+    # what a trainer downloads now: this export's files when it published them, the earlier ones it left
+    # in place when it was refused or had nothing to publish (its own <f>/sha256 is then not theirs)
+    metadata["live"] = dg.MetadataValue.json(live_files(storage, key, kind, outcomes if not blocked else {}))
     metadata["code_fingerprint"] = code_fingerprint()
     if blocked and not _gates_run_after(context):
         raise dg.Failure(

@@ -73,6 +73,9 @@ def _common_metadata(metadata, run_id):
     rejected = _value(metadata, "rejected_path")
     if rejected:
         out["rejected_path"] = dg.MetadataValue.path(str(rejected))
+    live = _value(metadata, "live")
+    if live is not None:  # the files published now, refused export or not
+        out["live"] = dg.MetadataValue.json(live)
     return out
 
 
