@@ -282,3 +282,20 @@ def test_a_consumer_format_check_whose_file_is_gone_says_so(chain, monkeypatch):
     gone = chain.storage.published_path(key, "sft", "openai")
     assert check.description == (f"consumer format problems: openai: {gone} is gone (removed since the export?); "
                                  "materialize sft_export again"), check.description
+
+
+def test_consumer_format_on_a_refused_export_says_whose_files_it_checked(published):
+    """Found by a review: on a refused export the consumer_format check validates the refused candidate's
+    files, and said "2 file(s) pass their consumer's format rules" with nothing naming the materialization
+    or saying these files were not published (the gates carry both)."""
+    chain, key, _before = published
+    rows, _ = leaking_rows()
+    chain.register(rows)
+    result = chain.materialize(key)
+    check = check_results(result)[("sft_export", "consumer_format")]
+    md = materialization(result, "sft_export")
+    assert check.metadata["export_status"].value == "rejected"
+    assert check.metadata["materialization_run_id"].value == result.run_id
+    assert check.metadata["live"].value == md["live"].value
+    assert check.description == ("2 file(s) pass their consumer's format rules (the refused export's files, "
+                                 "kept under rejected/; the published files were not replaced)")

@@ -272,7 +272,7 @@ def _consumer_format_check(asset_def):
         metadata, run_id = _report_metadata(context, asset_key)
         if metadata is None:  # non-blocking, as its every other outcome
             return _no_materialization(asset_key, context.partition_key, WARN)
-        out, problems, checked = {}, [], 0
+        out, problems, checked = _common_metadata(metadata, run_id), [], 0
         for fmt in _value(metadata, "formats", []):
             path = _value(metadata, f"{fmt}/published_path") or _value(metadata, f"{fmt}/rejected_path")
             if not path:
@@ -293,11 +293,13 @@ def _consumer_format_check(asset_def):
         if not checked:
             return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
                                        description="no file was written, so there was nothing to validate")
+        whose = (" (the refused export's files, kept under rejected/; the published files were not replaced)"
+                 if out["export_status"] == "rejected" else "")
         if problems:
             return dg.AssetCheckResult(passed=False, severity=WARN, metadata=out,
-                                       description="consumer format problems: " + "; ".join(problems))
+                                       description="consumer format problems: " + "; ".join(problems) + whose)
         return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
-                                   description=f"{checked} file(s) pass their consumer's format rules")
+                                   description=f"{checked} file(s) pass their consumer's format rules{whose}")
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*partitions_def on an AssetCheckSpec.*")
