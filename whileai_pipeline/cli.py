@@ -450,10 +450,27 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     for line in lines:
         print(_named_as_given(line, storage, key, path), file=out)
     if blocked:
-        names = " and ".join(sorted(blocked, key=lambda a: (a != "sft_export", a)))
-        print(f"a gate blocked {names}: {'its' if len(blocked) == 1 else 'their'} published files were left "
-              "untouched", file=out)
+        print(_blocked_line(blocked, storage, key), file=out)
     return EXIT_FAILED
+
+
+def _blocked_line(blocked, storage, key):
+    """What a refusal did to ``published/``: the earlier files stay, or (a run's first export) there are none."""
+    from whileai_pipeline.core.gates import FORMATS
+
+    def has_published(asset):
+        return any(storage.published_path(key, asset.removesuffix("_export"), fmt).is_file() for fmt in FORMATS)
+
+    blocked = sorted(blocked, key=lambda a: (a != "sft_export", a))
+    kept = [a for a in blocked if has_published(a)]
+    fresh = [a for a in blocked if a not in kept]
+    parts = []
+    if kept:
+        parts.append(f"{' and '.join(kept)}: {'its' if len(kept) == 1 else 'their'} published files were left "
+                     "untouched")
+    if fresh:
+        parts.append(f"{' and '.join(fresh)}: nothing was published (no earlier export of this run to keep)")
+    return "a gate blocked " + "; ".join(parts)
 
 
 def _register_run(storage, instance, path, name):

@@ -71,6 +71,21 @@ def test_run_then_leak_exits_1_and_keeps_published(home, tmp_path):
     assert (home / "rejected" / "my_run").is_dir()
 
 
+def test_a_first_export_refused_says_nothing_was_published(home, tmp_path):
+    """The refusal line said the run's "published files were left untouched" when the gates refused its
+    first export, and there were none: nothing a trainer could download."""
+    src = tmp_path / "incoming" / "my_run.jsonl"
+    src.parent.mkdir()
+    rows, _ = leaking_rows()
+    write_rows(src, rows)
+    shutil.copyfile(SAMPLE_META, src.with_name("my_run.meta.json"))
+    blocked = cli(["run", str(src)], home, tmp_path)
+    assert blocked.returncode == 1, blocked.stdout + blocked.stderr
+    assert ("a gate blocked sft_export and dpo_export: nothing was published (no earlier export of this run "
+            "to keep)") in blocked.stdout, blocked.stdout
+    assert not (home / "published" / "my_run").exists() or not any((home / "published" / "my_run").iterdir())
+
+
 def test_bad_usage_exits_2(home, tmp_path):
     assert cli(["run", str(tmp_path / "missing.jsonl")], home, tmp_path).returncode == 2
     bad_option = tmp_path / "bad.json"
