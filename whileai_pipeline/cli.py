@@ -491,14 +491,18 @@ def _register_run(storage, instance, path, name):
         raise UsageError(str(exc)) from None
 
 
+INTERRUPTIONS = ("DagsterExecutionInterruptedError", "KeyboardInterrupt")
+
+
 def _interrupted(result) -> bool:
     """Whether the run stopped because of Ctrl-C (SIGINT): Dagster fails the running step with
-    DagsterExecutionInterruptedError and returns, where a bare exception name would be all we said."""
+    DagsterExecutionInterruptedError and returns, where a bare exception name would be all we said;
+    before the first step started (its resources starting up), it fails the run itself with it."""
     for event in result.all_events:
-        if event.event_type_value == "STEP_FAILURE":
+        if event.event_type_value in ("STEP_FAILURE", "PIPELINE_FAILURE"):
             err = getattr(event.event_specific_data, "error", None)
             while err is not None:
-                if "DagsterExecutionInterruptedError" in (err.cls_name or ""):
+                if any(name in (err.cls_name or "") for name in INTERRUPTIONS):
                     return True
                 err = err.cause
     return False

@@ -122,3 +122,28 @@ def test_a_full_disk_while_the_run_is_copied_in_is_a_failed_run(tmp_path):
         assert done.stderr.startswith(f"whileai-pipeline: error: cannot copy the run into {inbox} (File too large); "
                                       "nothing ran and the published files are unchanged. Free space under ")
         assert not inbox.exists()
+
+
+INTERRUPTED_AT_START = """
+import os, signal, sys, time
+from whileai_pipeline.cli import main
+from whileai_pipeline.defs.resources import PipelineStorage
+
+def ctrl_c_while_resources_start(self, context):
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(2)
+
+PipelineStorage.setup_for_execution = ctrl_c_while_resources_start
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_before_the_first_step_is_an_interruption_not_a_failure(tmp_path):
+    # Dagster records it as the run's failure, not a step's: the CLI said "(FAILED)" with no reason, exit 1.
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("DAGSTER_HOME", None)
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED_AT_START, "demo", "--home", str(tmp_path / "home")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert "(INTERRUPTED)" in done.stdout and "(FAILED)" not in done.stdout
+    assert "whileai-pipeline: interrupted (Ctrl-C)" in done.stderr
