@@ -437,10 +437,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
             return EXIT_FAILED
     if _interrupted(result):
         print(f"dagster run {result.run_id} (INTERRUPTED)", file=out)
-        print("whileai-pipeline: interrupted (Ctrl-C): the run stopped where it was. Published files are only ever "
-              "replaced whole (each is the previous one or a complete new one); run the same command again to "
-              "finish.", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _said_interrupted()
     print(f"dagster run {result.run_id} ({'success' if result.success else 'FAILED'})", file=out)
     for line in _export_lines(result):
         print(line, file=out)
@@ -471,6 +468,13 @@ def _blocked_line(blocked, storage, key):
     if fresh:
         parts.append(f"{' and '.join(fresh)}: nothing was published (no earlier export of this run to keep)")
     return "a gate blocked " + "; ".join(parts)
+
+
+def _said_interrupted() -> int:
+    print("whileai-pipeline: interrupted (Ctrl-C): the run stopped where it was. Published files are only ever "
+          "replaced whole (each is the previous one or a complete new one); run the same command again to "
+          "finish.", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def _register_run(storage, instance, path, name):
@@ -648,6 +652,8 @@ def main(argv=None) -> int:
     except UsageError as exc:
         print(f"whileai-pipeline: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # Ctrl-C outside the run (importing Dagster, waiting for another command)
+        return _said_interrupted()
     except BrokenPipeError:  # `whileai-pipeline demo | head`: the reader left, which is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK

@@ -12,6 +12,7 @@ export; it is exit 1, as a full disk anywhere else, saying what to free.
 import hashlib
 import os
 import resource
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -122,6 +123,42 @@ def test_a_full_disk_while_the_run_is_copied_in_is_a_failed_run(tmp_path):
         assert done.stderr.startswith(f"whileai-pipeline: error: cannot copy the run into {inbox} (File too large); "
                                       "nothing ran and the published files are unchanged. Free space under ")
         assert not inbox.exists()
+
+
+# A terminal's Ctrl-C goes to the whole foreground process group, not only to the CLI. The tests above
+# signal the CLI alone; these signal its group, as a terminal does.
+
+def _cli_in_own_group(tmp_path, *args):
+    """The CLI as a terminal's foreground job: its own process group, SIGINT at its default (a test
+    runner started in the background may have it ignored, which its children would inherit)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    env.pop("DAGSTER_HOME", None)
+    return subprocess.Popen([sys.executable, "-c", CLI, *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _assert_said_interrupted(proc, out, err):
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err, out + err
+    assert "whileai-pipeline: interrupted (Ctrl-C)" in err and "run the same command again" in err
+
+
+def test_ctrl_c_before_the_run_starts_prints_no_traceback(tmp_path):
+    # While the command waited for another one on the same run (or imported Dagster), Ctrl-C ended it
+    # with Python's KeyboardInterrupt traceback and no exit code of ours.
+    import fcntl
+
+    home = tmp_path / "home"
+    (home / "locks").mkdir(parents=True)
+    with open(home / "locks" / "support_orders.command.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another command on this run
+        proc = _cli_in_own_group(tmp_path, "run", str(SAMPLE), "--home", str(home))
+        assert "waiting for another whileai-pipeline command" in proc.stdout.readline()
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    _assert_said_interrupted(proc, out, err)
+    assert not (home / "inbox" / "support_orders.jsonl").exists()
 
 
 INTERRUPTED_AT_START = """
