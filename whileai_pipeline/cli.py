@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -408,7 +409,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
         raise UsageError(f"invalid config: {exc}{in_file}") from None
     if not verbose and out.isatty():
         _attach_progress_bars(out)
-    capture = contextlib.nullcontext() if verbose else contextlib.redirect_stderr(io.StringIO())
+    capture = contextlib.nullcontext([]) if verbose else _stderr_held_back()
     # One command at a time per run name, from registering to the last step: another command's register
     # would replace the inbox file while this run's steps read it.
     with _one_command(storage, key, out), _instance(storage) as instance:
@@ -417,7 +418,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
             return EXIT_FAILED
         print(f"run {key!r}: {path} -> {storage.run_path(key)}", file=out)
         try:
-            with capture:
+            with capture as held:
                 result = job.execute_in_process(
                     run_config=run_config,
                     instance=instance,
@@ -435,9 +436,11 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
                   "Published files are only ever replaced whole: each is the previous one or a complete new "
                   "one. Free space, or pass --home on a disk with room, and run again.", file=sys.stderr)
             return EXIT_FAILED
-    if _interrupted(result):
+    if _interrupted(result):  # what other processes wrote is the watchers' tracebacks: left unsaid
         print(f"dagster run {result.run_id} (INTERRUPTED)", file=out)
         return _said_interrupted()
+    if any(held):
+        sys.stderr.write(b"".join(held).decode("utf-8", "replace"))
     print(f"dagster run {result.run_id} ({'success' if result.success else 'FAILED'})", file=out)
     for line in _export_lines(result):
         print(line, file=out)
@@ -468,6 +471,37 @@ def _blocked_line(blocked, storage, key):
     if fresh:
         parts.append(f"{' and '.join(fresh)}: nothing was published (no earlier export of this run to keep)")
     return "a gate blocked " + "; ".join(parts)
+
+
+@contextlib.contextmanager
+def _stderr_held_back():
+    """Dagster's own output to ``sys.stderr`` (its logs, warnings) dropped, and what the processes it
+    starts write to stderr (fd 2) held back in the list it yields, for the caller to show afterwards.
+
+    A terminal's Ctrl-C goes to the whole process group: with the CLI, to the ``watch_orphans.py``
+    processes Dagster starts beside each step to mirror its output, each of which then dies with a
+    KeyboardInterrupt traceback on stderr; the caller shows what was held back only when the run was
+    not interrupted."""
+    held = []
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to keep clean
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield held
+        return
+    try:
+        with tempfile.TemporaryFile() as spool:
+            os.dup2(spool.fileno(), 2)
+            try:
+                with contextlib.redirect_stderr(io.StringIO()):
+                    yield held
+            finally:
+                os.dup2(saved, 2)
+                spool.seek(0)
+                held.append(spool.read())
+    finally:
+        os.close(saved)
 
 
 def _said_interrupted() -> int:

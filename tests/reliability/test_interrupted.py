@@ -125,8 +125,9 @@ def test_a_full_disk_while_the_run_is_copied_in_is_a_failed_run(tmp_path):
         assert not inbox.exists()
 
 
-# A terminal's Ctrl-C goes to the whole foreground process group, not only to the CLI. The tests above
-# signal the CLI alone; these signal its group, as a terminal does.
+# A terminal's Ctrl-C goes to the whole foreground process group, not only to the CLI: also to the
+# processes Dagster starts beside each step (``tail`` and its ``watch_orphans.py`` watcher mirroring the
+# step's output). The tests above signal the CLI alone; these signal its group, as a terminal does.
 
 def _cli_in_own_group(tmp_path, *args):
     """The CLI as a terminal's foreground job: its own process group, SIGINT at its default (a test
@@ -142,6 +143,20 @@ def _assert_said_interrupted(proc, out, err):
     assert proc.returncode == 130, out + err
     assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err, out + err
     assert "whileai-pipeline: interrupted (Ctrl-C)" in err and "run the same command again" in err
+
+
+def test_ctrl_c_to_the_process_group_mid_step_prints_no_traceback(tmp_path):
+    # Dagster's watcher processes died on it with a KeyboardInterrupt traceback each on the terminal.
+    (tmp_path / "ctrl_c_group.py").write_text(
+        "import os, signal, time\n\ndef scorer(row):\n"
+        "    os.killpg(os.getpgid(0), signal.SIGINT)  # Ctrl-C at the terminal while the run is scored\n"
+        "    time.sleep(1)\n    return row.get('reward')\n")
+    (tmp_path / "opts.yaml").write_text("scorer: ctrl_c_group:scorer\n")
+    proc = _cli_in_own_group(tmp_path, "run", str(SAMPLE), "--home", str(tmp_path / "home"),
+                             "--config", str(tmp_path / "opts.yaml"))
+    out, err = proc.communicate(timeout=300)
+    _assert_said_interrupted(proc, out, err)
+    assert "(INTERRUPTED)" in out
 
 
 def test_ctrl_c_before_the_run_starts_prints_no_traceback(tmp_path):
