@@ -45,7 +45,7 @@ def _run_file(path) -> Path:
     from whileai_pipeline.core.jsonl import require_file
     from whileai_pipeline.core.runs import PROGRESS_SUFFIX
 
-    path = Path(path)
+    path = Path(path).expanduser()  # a quoted "~/runs/x.jsonl": the shell left the ~ as it is
     for suffix, what in ((".meta.json", "the sidecar of a run (its system prompt and tools), read with the run"),
                          (".jsonl" + PROGRESS_SUFFIX, "simulate's progress file of a run")):
         if path.name.endswith(suffix) and len(path.name) > len(suffix):

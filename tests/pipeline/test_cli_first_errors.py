@@ -87,3 +87,21 @@ def test_verbose_is_offered_only_where_it_does_something(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["register", "--help"])
     assert "--verbose" not in capsys.readouterr().out
+
+
+def test_a_run_or_file_path_given_with_a_literal_tilde_is_under_the_home_folder(tmp_path, monkeypatch, capsys):
+    # --config=~/x and --home=~/x were expanded (the shell expands no ~ after "=", nor in quotes), the
+    # paths of run, register and validate were not: "no such run file: ~/runs/support_orders.jsonl".
+    import shutil
+
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "runs").mkdir()
+    shutil.copy(SAMPLE, tmp_path / "runs" / SAMPLE.name)
+    code, out = _run(cli_module, capsys, "register", f"~/runs/{SAMPLE.name}", "--home", str(tmp_path / "h"))
+    assert code == 0, out.err
+    assert (tmp_path / "h" / "inbox" / SAMPLE.name).read_bytes() == SAMPLE.read_bytes()
+    code, out = _run(cli_module, capsys, "validate", f"~/runs/{SAMPLE.name}", "--format", "openai")
+    assert code == 1 and "looks like a simulation run" in out.out, out.err   # read and checked, not "no such file"

@@ -1001,8 +1001,9 @@ def run_validate(path, format="openai", *, json_output=False, strict_keys=False,
     if format not in FORMATS:
         print(f"whileai-pipeline: error: --format must be one of {', '.join(FORMATS)}, got {format!r}", file=err)
         return EXIT_USAGE
+    path = Path(path).expanduser()  # a quoted "~/x.jsonl": the shell left the ~ as it is
     try:
-        require_file(Path(path), "file", "pass the training .jsonl file to check")
+        require_file(path, "file", "pass the training .jsonl file to check")
     except OSError as exc:
         print(f"whileai-pipeline: error: {exc}", file=err)
         return EXIT_USAGE
