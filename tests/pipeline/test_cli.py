@@ -689,6 +689,37 @@ def test_a_run_simulate_is_still_writing_is_refused_before_anything_runs(home, t
     assert (home / "inbox" / "live.jsonl").read_bytes() == SAMPLE.read_bytes()
 
 
+def test_a_progress_file_caught_half_rewritten_still_holds_the_run_back(home, tmp_path, monkeypatch, capsys):
+    """simulate (0.105) rewrites its progress file in place: read while simulate ran, about one read in 80
+    saw it cut short (not JSON). Such a read counted as "no progress file", and the half-written run went
+    through; the file is read again, as simulate's next write completes it."""
+    from pathlib import Path
+
+    from whileai_pipeline import cli as cli_module
+
+    src = tmp_path / "live.jsonl"
+    shutil.copyfile(SAMPLE, src)
+    progress = tmp_path / "live.jsonl.progress.json"
+    progress.write_text('{"stage": "rollout", "rows": 12}')
+    read_bytes, torn = Path.read_bytes, []
+
+    def caught_mid_rewrite(self):
+        data = read_bytes(self)
+        if self == progress and not torn:
+            torn.append(self)
+            return data[:len(data) // 2]
+        return data
+
+    monkeypatch.setattr(Path, "read_bytes", caught_mid_rewrite)
+    monkeypatch.setenv("WHILEAI_PIPELINE_HOME", str(home))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    assert cli_module.main(["register", str(src)]) == 2
+    assert torn
+    err = capsys.readouterr().err
+    assert f"{src}: simulate is still writing this run (live.jsonl.progress.json says stage 'rollout'" in err, err
+    assert not (home / "inbox").exists() or list((home / "inbox").iterdir()) == []
+
+
 @pytest.mark.parametrize("given, said", [
     ("x.meta.json", "x.meta.json is the sidecar of a run (its system prompt and tools), read with the run, not a "
                     "run: pass the run's .jsonl file (x.jsonl)"),

@@ -83,12 +83,21 @@ def progress_stage(path) -> str | None:
     agent that takes minutes a rollout, the run goes unmodified for longer than any settle time while
     it is still being written. Its progress file says so exactly: its ``stage`` ends at ``"stopped"``
     (finished or interrupted; observed with whileai 0.105 and 0.131).
+
+    ``simulate`` rewrites that file in place, so a read can catch it cut short (about one read in 80 while
+    it runs): one that is not JSON is read again a few times before it counts as not simulate's.
     """
-    try:
-        stage = orjson.loads(progress_path(path).read_bytes()).get("stage")
-    except (OSError, orjson.JSONDecodeError, AttributeError):
-        return None
-    return stage if isinstance(stage, str) and stage != SIMULATE_DONE else None
+    for _ in range(5):
+        try:
+            data = orjson.loads(progress_path(path).read_bytes())
+        except OSError:
+            return None
+        except orjson.JSONDecodeError:
+            time.sleep(0.02)
+            continue
+        stage = data.get("stage") if isinstance(data, dict) else None
+        return stage if isinstance(stage, str) and stage != SIMULATE_DONE else None
+    return None
 
 
 def simulate_stage(path) -> str | None:
