@@ -888,3 +888,31 @@ def test_a_simulation_run_checked_before_its_export_says_to_export_it_first(tmp_
     _write(half, [orjson.loads(line) for line in exported.read_bytes().splitlines()] + rows[:1])
     assert not any("simulation run" in n for n in validate_file(half, fmt)["notes"])
     assert not any("simulation run" in n for n in validate_file(exported, fmt)["notes"])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_pretty_printed_json_file_is_said_to_be_one_document_not_jsonl(tmp_path, fmt):
+    """`validate` on rows saved with json.dump(rows, f, indent=2), or on an export's *.report.json, listed a
+    bad_json error for every line and never said that the file is one JSON document, not JSONL."""
+    rows = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}] * 12
+    array = tmp_path / "rows.json"
+    array.write_text(json.dumps(rows, indent=2))
+    report = validate_file(array, fmt)
+    assert not report["ok"] and report["counts"]["bad_json"] == report["rows"]
+    note = next(n for n in report["notes"] if "one JSON document" in n)
+    assert note == (f"the whole file is one JSON document (an array of 12 values) over {report['rows']} lines, "
+                    "not JSONL (one JSON value per line): write each row on a line of its own, e.g. with "
+                    "whileai_pipeline.write_jsonl(path, rows), then validate that file")
+    assert format_report(report).splitlines()[-1] == f"note: {note}"
+
+    exported = tmp_path / "sft.openai.jsonl"
+    wai.export_dataset(SAMPLE_RUN, exported, format="openai")
+    summary = tmp_path / "sft.openai.report.json"
+    summary.write_text(json.dumps({"path": str(exported), "n_written": 32, "warnings": []}, indent=2))
+    note = next(n for n in validate_file(summary, fmt)["notes"] if "one JSON document" in n)
+    assert note == (f"the whole file is one JSON document (an object) over 5 lines, not JSONL (one JSON value "
+                    f"per line): it looks like an export's report; validate the file it describes, {exported}")
+    # JSONL with a few broken lines is not one document
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join(json.dumps(r) for r in rows) + "\n{\n")
+    assert not any("one JSON document" in n for n in validate_file(broken, fmt)["notes"])

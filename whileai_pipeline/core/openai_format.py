@@ -72,6 +72,7 @@ is decided from what the one pass over the file sees.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -741,6 +742,10 @@ class _Report:
         looks_like = self.looks_like()
         if self.run_rows * 2 >= self.rows > 0:
             notes.append(self._run_note())
+        if path is not None and self.rows > 1 and self.counts.get("bad_json", 0) * 2 >= self.rows:
+            note = _one_document_note(path, self.rows)
+            if note:
+                notes.append(note)
         if self.fmt == "openai" and self.shapes.get("preference") and looks_like is None:
             notes.append(NOTE_OUR_PREFERENCE)
         if self.fmt == "openai" and self.rows and self.rows < MIN_EXAMPLES and not self.shapes.get("preference"):
@@ -983,6 +988,32 @@ def summary(report: dict, *, limit: int = 10) -> dict:
         "notes": report["notes"],
     }
 
+
+ONE_DOCUMENT_MAX_BYTES = 64 << 20  # a bigger file of mostly unreadable lines is not read whole to say why
+
+
+def _one_document_note(path, lines):
+    """What to do with a file whose lines are mostly not JSON because the whole file is one JSON document
+    (rows saved with ``json.dump(rows, f, indent=2)``, an export's pretty-printed report); None otherwise."""
+    try:
+        if os.path.getsize(path) > ONE_DOCUMENT_MAX_BYTES:
+            return None
+        value = orjson.loads(Path(path).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    if isinstance(value, list):
+        what = f"an array of {len(value)} value{'s' if len(value) != 1 else ''}"
+    elif isinstance(value, dict):
+        what = "an object"
+    else:
+        return None
+    said = (f"the whole file is one JSON document ({what}) over {lines} lines, not JSONL (one JSON value per "
+            "line): ")
+    described = value.get("path") if isinstance(value, dict) else None
+    if isinstance(described, str) and ("n_written" in value or "sha256" in value):
+        return said + f"it looks like an export's report; validate the file it describes, {described}"
+    return said + ("write each row on a line of its own, e.g. with whileai_pipeline.write_jsonl(path, rows), "
+                   "then validate that file")
 
 def run_validate(path, format="openai", *, json_output=False, strict_keys=False, limit=20,
                  out=None, err=None) -> int:
