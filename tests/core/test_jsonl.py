@@ -186,3 +186,23 @@ def test_a_big_integer_in_a_row_too_deep_for_orjson_is_written_as_its_digits(tmp
     assert json.loads(written)["world_state"] == deep
     expected = b'{"order":18446744073709551616}' if fmt == "trl" else b'"{\\"order\\":18446744073709551616}"'
     assert b'"arguments":' + expected in written
+
+
+@pytest.mark.parametrize("opening", ["[", "{"])
+def test_a_pretty_printed_json_document_is_said_to_be_one(tmp_path, opening):
+    """Rows saved with json.dump(rows, f, indent=2) failed at line 1 with "unexpected end of data" and the
+    advice to fix or remove that line, which says nothing of what is wrong with the file."""
+    import json
+
+    rows = [{"prompt": "p", "final_text": "a"}] * 3
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(rows if opening == "[" else rows[0], indent=2))
+    with pytest.raises(BadJsonlError) as caught:
+        list(read_jsonl(path))
+    assert caught.value.line == 1
+    assert (f"; a line of only {opening!r} opens a JSON document written over several lines (json.dump with "
+            "indent?): JSONL holds each row on one line (write_jsonl(path, rows) writes it)") in str(caught.value)
+    path.write_text('{"prompt": "p"}\n{\n')  # a cut line after a good one: not a whole document
+    with pytest.raises(BadJsonlError) as caught:
+        list(read_jsonl(path))
+    assert caught.value.line == 2 and "opens a JSON document" in str(caught.value)

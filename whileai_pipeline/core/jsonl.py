@@ -289,6 +289,9 @@ def _reason(exc, line):
     msg = too_many_digits(line) or str(exc)
     if len(line) > 200:
         msg += f" (line is {len(line)} bytes)"
+    if line.strip() in (b"[", b"{"):
+        msg += (f"; a line of only {line.strip().decode()!r} opens a JSON document written over several lines "
+                "(json.dump with indent?): JSONL holds each row on one line (write_jsonl(path, rows) writes it)")
     if b"\r" in line.rstrip(b"\r\n"):
         msg += ("; the line holds a bare CR (old Mac line endings?): JSONL lines end with LF, convert the file "
                 "with tr '\\r' '\\n' < in.jsonl > out.jsonl")
