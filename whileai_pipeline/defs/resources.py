@@ -210,7 +210,9 @@ class PipelineStorage(dg.ConfigurableResource):
         path = self.base / "locks" / f"{checked_key(key)}.lock"
         try:  # a file where locks/ goes, another user's folder: the step's write_failed, not a traceback
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            # 0666 less the umask, like every other file under the root: with users of one group and umask
+            # 0002 (docs/deploying.md, Permissions), a 0644 lock made by one user refused every step to the next
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as exc:
             raise WriteFailedError(path, exc) from exc
         try:
