@@ -55,3 +55,28 @@ def test_missing_stage_says_when_this_process_uses_the_default_root(tmp_path, mo
             assert "set $WHILEAI_PIPELINE_HOME to the same shared folder in every process that runs steps" in message
         else:
             assert HINT not in message
+
+
+@pytest.mark.parametrize("set_root", ["env", "config"])
+def test_missing_stage_says_when_the_storage_root_is_a_relative_path(tmp_path, monkeypatch, set_root):
+    """A relative root (``WHILEAI_PIPELINE_HOME=whileai_data``, ``root: data``) is resolved against each process's
+    own working directory: a Celery worker or a CI job started elsewhere than the code server looks in another
+    folder. The message must say the root is relative and where this process took it, not only that the stage
+    is missing (it is there, under the code server's working directory)."""
+    worker_cwd = tmp_path / "worker_cwd"
+    worker_cwd.mkdir()
+    monkeypatch.chdir(worker_cwd)
+    monkeypatch.delenv(ENV_HOME, raising=False)
+    resources = None
+    if set_root == "env":
+        monkeypatch.setenv(ENV_HOME, "whileai_data")
+    else:
+        resources = {"storage": PipelineStorage(root="whileai_data")}
+    failures = _failures(_reexport(resources))
+    assert set(failures) == {"sft_export", "dpo_export"}, failures
+    message = failures["sft_export"]
+    assert message.startswith(f"missing stage file {worker_cwd / 'whileai_data' / 'stages' / 'nightly'}"), message
+    assert HINT not in message
+    assert "is the relative path 'whileai_data'" in message, message
+    assert f"this process's working directory, {worker_cwd}" in message, message
+    assert "the same absolute path" in message, message

@@ -172,8 +172,16 @@ class PipelineStorage(dg.ConfigurableResource):
         """For an error about a file missing under the root: when this process fell back to the default root
         (no ``root`` configured, no ``$WHILEAI_PIPELINE_HOME``), a sentence saying so; else ``""``. A Celery
         worker or another machine started without the variable looks under its own working directory, where
-        the stages made by the other processes are not."""
-        if self.root or os.environ.get(ENV_HOME):
+        the stages made by the other processes are not. A relative root is resolved against each process's
+        working directory too: said as well."""
+        given = self.root or os.environ.get(ENV_HOME)
+        if given and not os.path.isabs(os.path.expanduser(given)):
+            where = "resources.storage.config.root" if self.root else f"${ENV_HOME}"
+            return (f" {where} is the relative path {given!r}, which each process resolves against its own working "
+                    f"directory (this process's working directory, {os.getcwd()}, gives {self.base}): if the file "
+                    "was made by another process or machine (the code server, the run worker, a Celery worker), give "
+                    "the same absolute path to every process that runs steps.")
+        if given:
             return ""
         return (f" This process has no storage root set (${ENV_HOME}, resources.storage.config.root) and looks under "
                 f"./{DEFAULT_HOME} of its working directory, {self.base}: if the file was made by another process "
