@@ -212,7 +212,7 @@ print_env() {
         found=1
         while IFS= read -r line; do printf 'export %s\n' "$line"; done < "$f"
     done
-    printf 'export WHILEAI_SERVICES_DIR=%s\n' "$STATE"
+    printf 'export WHILEAI_SERVICES_DIR=%q\n' "$STATE"
     [ "$found" = 1 ]
 }
 

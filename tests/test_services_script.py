@@ -30,3 +30,18 @@ def test_apt_get_waits_for_the_dpkg_lock(tmp_path):
     assert any(" update" in f" {c}" for c in calls) and any(" install " in f" {c} " for c in calls), calls
     for call in calls:
         assert "DPkg::Lock::Timeout=" in call, call
+
+
+def test_env_quotes_a_state_folder_with_a_space(tmp_path):
+    """``eval "$(services.sh env)"`` (scripts/test, the deploy docs) split a state folder holding a space,
+    exporting a cut path and running the rest of it as a command."""
+    state = tmp_path / "my services"
+    (state / "redis").mkdir(parents=True)
+    (state / "redis" / "env").write_text("WHILEAI_REDIS_URL=redis://127.0.0.1:6390/0\n")
+    script = REPO / "scripts" / "services.sh"
+    done = subprocess.run(["/bin/bash", "-c", f'eval "$(bash "{script}" env)" && printf "%s\\n" '
+                           '"$WHILEAI_SERVICES_DIR" "$WHILEAI_REDIS_URL"'],
+                          env={**os.environ, "WHILEAI_SERVICES_DIR": str(state)}, capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [str(state), "redis://127.0.0.1:6390/0"]
