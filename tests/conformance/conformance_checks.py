@@ -49,6 +49,7 @@ TRL_USER_TURNS = re.compile(r"^(\d+) of (\d+) pairs have a user or system turn i
 D12_REJECTED = re.compile(r"^(\d+) rejected replies quote their own privileged context")
 NO_REPLY_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side with no assistant turn")  # ours
 SKIPPED_PAIRS = re.compile(r"^(\d+) of (\d+) entries are not objects and were skipped")  # ours
+LENGTH_CUT_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a chosen side cut by the reply token cap")  # ours
 
 
 def leak_subset(rep: dict) -> dict:
@@ -480,8 +481,12 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     rest, extra = _split_extra_warnings(our_warnings, {"d12_chosen": D12_CHOSEN, "d12_rejected": D12_REJECTED,
                                                        "d6_tools": D6_NO_TOOLS, "d6_system": D6_NO_SYSTEM,
                                                        "user_turns": TRL_USER_TURNS, "no_reply": NO_REPLY_PAIRS,
-                                                       "skipped": SKIPPED_PAIRS})
+                                                       "skipped": SKIPPED_PAIRS, "length_cut": LENGTH_CUT_PAIRS})
     exp_extra = {"user_turns"} if user_turns else set()
+    # ours: pairs whose chosen row was cut by the reply token cap (export_dataset warns of such rows, spec 5.6)
+    length_cut = sum(1 for p in kept if p["chosen"].get("finish_reason") == "length")
+    if length_cut:
+        exp_extra.add("length_cut")
     # ours: an openai pair with a side that has no assistant turn (TRL drops such a pair)
     no_reply = sum(1 for row in pred if fmt == "openai" and not all(
         any(isinstance(m, dict) and m.get("role") == "assistant" for m in row[side])
@@ -510,6 +515,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
         assert extra["user_turns"].groups() == (str(user_turns), str(len(pred)))
     if "no_reply" in extra:
         assert extra["no_reply"].groups() == (str(no_reply), str(len(pred)))
+    if "length_cut" in extra:
+        assert extra["length_cut"].groups() == (str(length_cut), str(len(pred)))
     if "skipped" in extra:
         assert extra["skipped"].groups() == (str(skipped), str(len(pairs))), extra["skipped"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"

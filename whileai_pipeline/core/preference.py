@@ -103,6 +103,7 @@ def _pair_outcomes(item, plans):
     stamp(entry)
     leak = leak_outcome(item["chosen"], rebuilt=rebuilt.get("chosen"))
     rejected_quotes = bool(leak_verdict(item["rejected"], rebuilt=rebuilt.get("rejected")))
+    length_cut = item["chosen"].get("finish_reason") == "length"  # the reply the trainer pushes up stops mid-way
     outcomes = []
     for plan in plans:
         row, placed = entry, None
@@ -125,6 +126,7 @@ def _pair_outcomes(item, plans):
             plan.trl and (_speaks_for_user(row["chosen"]) or _speaks_for_user(row["rejected"])),
             # a side with nothing to train on (TRL drops such a pair: no completion)
             not plan.trl and not (_has_reply(row["chosen"]) and _has_reply(row["rejected"])),
+            length_cut,
         )
         write = dumps_reusing if placed is None else placed.dumps
         outcomes.append((preference_problems(row), facts, write(row, "tools", plan.tools_json)))
@@ -149,6 +151,7 @@ class _PairTally:
         self.first_bad = None  # the line number (a file) or index (rows) of the first entry that is no pair
         self.user_turns = 0  # TRL pairs with a user or system turn inside a side
         self.no_reply = 0  # pairs written with a side that has no assistant turn
+        self.length_cut = 0  # pairs written whose chosen row has finish_reason "length"
 
     def consume(self, outcome, position):
         tick(self.progress, self.n_entries + self.skipped + 1)
@@ -178,7 +181,7 @@ class _PairTally:
             self.n_out += 1
             return
         (chosen_calls, rejected_calls, leak, rejected_quotes, has_calls, delta, identical, margin, user_turns,
-         no_reply) = facts
+         no_reply, length_cut) = facts
         self.roundtrip.record(2 * self.n_out, *chosen_calls)
         self.roundtrip.record(2 * self.n_out + 1, *rejected_calls)
         self.leaks.record(leak)
@@ -190,6 +193,7 @@ class _PairTally:
         self.identical += identical
         self.user_turns += user_turns
         self.no_reply += no_reply
+        self.length_cut += length_cut
         if margin is not None:
             self.n_margins += 1
             self.margin_sum += margin
@@ -383,6 +387,11 @@ def _checked_report(tally, src, format, name="export_preference"):
             f"{t.no_reply} of {n_out} pairs have a side with no assistant turn (e.g. a run that ended before the "
             "agent replied): that side has no reply for DPO to score, and a chat-format check refuses it (validate: "
             "no_assistant_message). Leave those pairs out of the export.")
+    if t.length_cut:  # export_dataset's length-cut warning (spec 5.6), for the side DPO pushes up
+        report.setdefault("warnings", []).append(
+            f"{t.length_cut} of {n_out} pairs have a chosen side cut by the reply token cap (finish_reason "
+            "'length'): DPO pushes the model towards a reply that stops mid-thought. Filter the scored rows on "
+            "finish_reason == 'stop' before pairing, or raise agent_max_tokens=.")
     if t.n_margins:
         report["mean_margin"] = round(t.margin_sum / t.n_margins, 4)
     if leaks.n_leaked:
