@@ -50,6 +50,7 @@ D12_REJECTED = re.compile(r"^(\d+) rejected replies quote their own privileged c
 NO_REPLY_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side with no assistant turn")  # ours
 SKIPPED_PAIRS = re.compile(r"^(\d+) of (\d+) entries are not objects and were skipped")  # ours
 LENGTH_CUT_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a chosen side cut by the reply token cap")  # ours
+TRL_OTHER_CONTEXT = re.compile(r"^(\d+) of (\d+) pairs start the rejected side from other messages")  # ours
 
 
 def leak_subset(rep: dict) -> dict:
@@ -481,12 +482,23 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     rest, extra = _split_extra_warnings(our_warnings, {"d12_chosen": D12_CHOSEN, "d12_rejected": D12_REJECTED,
                                                        "d6_tools": D6_NO_TOOLS, "d6_system": D6_NO_SYSTEM,
                                                        "user_turns": TRL_USER_TURNS, "no_reply": NO_REPLY_PAIRS,
-                                                       "skipped": SKIPPED_PAIRS, "length_cut": LENGTH_CUT_PAIRS})
+                                                       "skipped": SKIPPED_PAIRS, "length_cut": LENGTH_CUT_PAIRS,
+                                                       "other_context": TRL_OTHER_CONTEXT})
     exp_extra = {"user_turns"} if user_turns else set()
     # ours: pairs whose chosen row was cut by the reply token cap (export_dataset warns of such rows, spec 5.6)
     length_cut = sum(1 for p in kept if p["chosen"].get("finish_reason") == "length")
     if length_cut:
         exp_extra.add("length_cut")
+    # ours: TRL pairs whose rejected side began from other messages than the chosen side (spec 4.1 takes the
+    # chosen side's as the prompt); read off the openai rows, whose sides keep their own messages
+    other_context = 0
+    if fmt == "trl":
+        other_context = sum(1 for row in full.rows or [] if _first_assistant(row["chosen"]) >= 1
+                            and _first_assistant(row["rejected"]) >= 1
+                            and row["chosen"][:_first_assistant(row["chosen"])]
+                            != row["rejected"][:_first_assistant(row["rejected"])])
+    if other_context:
+        exp_extra.add("other_context")
     # ours: an openai pair with a side that has no assistant turn (TRL drops such a pair)
     no_reply = sum(1 for row in pred if fmt == "openai" and not all(
         any(isinstance(m, dict) and m.get("role") == "assistant" for m in row[side])
@@ -517,6 +529,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
         assert extra["no_reply"].groups() == (str(no_reply), str(len(pred)))
     if "length_cut" in extra:
         assert extra["length_cut"].groups() == (str(length_cut), str(len(pred)))
+    if "other_context" in extra:
+        assert extra["other_context"].groups() == (str(other_context), str(len(pred)))
     if "skipped" in extra:
         assert extra["skipped"].groups() == (str(skipped), str(len(pairs))), extra["skipped"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"

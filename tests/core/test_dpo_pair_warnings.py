@@ -3,7 +3,10 @@ export therefore says out loud (ours, beside DECISIONS 12's warnings):
 
 * a chosen side cut by the reply token cap (``finish_reason: "length"``): ``export_dataset`` warns of
   such rows (spec 5.6 item 2) because a model trained on them learns to stop mid-thought; as the
-  chosen side of a pair, DPO pushes the model towards that reply just the same.
+  chosen side of a pair, DPO pushes the model towards that reply just the same;
+* a TRL pair whose rejected side started from other messages than its chosen side: the TRL prompt is
+  the chosen side's (spec 4.1, E66), so the rejected reply is scored as the answer to a context it
+  never saw.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import pytest
 import whileai_pipeline.simulations as wai
 
 LENGTH_CUT = "cut by the reply token cap"
+OTHER_CONTEXT = "rejected side from other messages than the chosen side"
 
 
 def _side(prompt, text, *, user=None, **extra):
@@ -49,3 +53,43 @@ def test_a_rejected_side_cut_by_the_token_cap_is_no_chosen_side_cut(tmp_path):
     pair = _pair(_side("Refund A", "Refunded A."), _side("Refund A", "Let me", finish_reason="length"))
     report = wai.export_preference([pair], tmp_path / "pairs.jsonl")
     assert not _warnings(report, LENGTH_CUT)
+
+
+def test_a_trl_pair_whose_rejected_side_had_another_user_turn_says_so(tmp_path):
+    """Spec E66: the TRL prompt is the chosen side's, and the rejected side's own first user turns are
+    lost; its reply "No." answered "order 9", and DPOTrainer scores it as the answer to "order 7"."""
+    other = _pair(_side("Refund", "Refunded order 7.", user="order 7"), _side("Refund", "No.", user="order 9"))
+    same = _pair(_side("Refund", "Refunded order 7.", user="order 7"), _side("Refund", "No.", user="order 7"))
+    out = tmp_path / "pairs.trl.jsonl"
+    report = wai.export_preference([other, same], out, system_prompt="SYS", format="trl")
+    first, second = _lines(out)
+    assert first["prompt"] == second["prompt"] == [
+        {"role": "system", "content": "SYS"}, {"role": "user", "content": "Refund"},
+        {"role": "user", "content": "order 7"}]  # the spec's shape, unchanged
+    (said,) = _warnings(report, OTHER_CONTEXT)
+    assert said.startswith("1 of 2 pairs start the rejected side from other messages than the chosen side")
+    # the openai format keeps each side's own context: nothing to say there
+    openai = wai.export_preference([other, same], tmp_path / "pairs.openai.jsonl", system_prompt="SYS")
+    assert not _warnings(openai, OTHER_CONTEXT)
+
+
+def test_a_trl_pair_whose_sides_bring_different_system_messages_says_so(tmp_path):
+    def side(system, reply, reward):
+        return {"prompt": "Refund A", "reward": reward, "messages": [
+            {"role": "system", "content": system}, {"role": "user", "content": "Refund A"},
+            {"role": "assistant", "content": reply}]}
+
+    pair = _pair(side("Be helpful.", "Refunded.", 1), side("Be curt.", "No.", 0))
+    out = tmp_path / "pairs.trl.jsonl"
+    report = wai.export_preference([pair], out, format="trl")
+    (line,) = _lines(out)
+    assert line["prompt"][0] == {"role": "system", "content": "Be helpful."}
+    assert _warnings(report, OTHER_CONTEXT)
+
+
+def test_trl_pairs_of_one_conversation_say_nothing_of_their_context(tmp_path):
+    pairs = [_pair(_side("Refund A", "Refunded."), _side("Refund A", "No.")),
+             _pair(_side("Refund B", "Refunded.", user="now"), _side("Refund B", "No.", user="now"))]
+    report = wai.export_preference(pairs, tmp_path / "pairs.trl.jsonl", format="trl")
+    assert report["pairs"] == 2
+    assert not _warnings(report, OTHER_CONTEXT)

@@ -23,7 +23,7 @@ from .progress import check_progress, tick
 from .rows import SchemaCheck, preference_problems, stamp
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
 from .spool import Spool
-from .trl import trl_preference_row
+from .trl import first_assistant_index, trl_preference_row
 from .wire import ObjectTexts, has_tool_calls, to_wire
 
 PAIR_KEYS = (
@@ -127,6 +127,7 @@ def _pair_outcomes(item, plans):
             # a side with nothing to train on (TRL drops such a pair: no completion)
             not plan.trl and not (_has_reply(row["chosen"]) and _has_reply(row["rejected"])),
             length_cut,
+            plan.trl and _other_context(entry),
         )
         write = dumps_reusing if placed is None else placed.dumps
         outcomes.append((preference_problems(row), facts, write(row, "tools", plan.tools_json)))
@@ -152,6 +153,7 @@ class _PairTally:
         self.user_turns = 0  # TRL pairs with a user or system turn inside a side
         self.no_reply = 0  # pairs written with a side that has no assistant turn
         self.length_cut = 0  # pairs written whose chosen row has finish_reason "length"
+        self.other_context = 0  # TRL pairs whose rejected side began from other messages than the chosen side
 
     def consume(self, outcome, position):
         tick(self.progress, self.n_entries + self.skipped + 1)
@@ -181,7 +183,7 @@ class _PairTally:
             self.n_out += 1
             return
         (chosen_calls, rejected_calls, leak, rejected_quotes, has_calls, delta, identical, margin, user_turns,
-         no_reply, length_cut) = facts
+         no_reply, length_cut, other_context) = facts
         self.roundtrip.record(2 * self.n_out, *chosen_calls)
         self.roundtrip.record(2 * self.n_out + 1, *rejected_calls)
         self.leaks.record(leak)
@@ -194,6 +196,7 @@ class _PairTally:
         self.user_turns += user_turns
         self.no_reply += no_reply
         self.length_cut += length_cut
+        self.other_context += other_context
         if margin is not None:
             self.n_margins += 1
             self.margin_sum += margin
@@ -216,6 +219,14 @@ def _counted_margin(margin) -> bool:
     except OverflowError:
         return False
     return True
+
+
+def _other_context(entry) -> bool:
+    """A pair whose sides differ before their first assistant turn (another system message, ask or user
+    turn): the TRL prompt is the chosen side's (spec 4.1), so the rejected side's own is lost. The wire
+    messages before a first assistant turn carry no tool calls, so they compare as TRL writes them."""
+    chosen, rejected = entry["chosen"], entry["rejected"]
+    return chosen[:first_assistant_index(chosen)] != rejected[:first_assistant_index(rejected)]
 
 
 def _speaks_for_user(side) -> bool:
@@ -382,6 +393,12 @@ def _checked_report(tally, src, format, name="export_preference"):
             f"{t.user_turns} of {n_out} pairs have a user or system turn inside chosen or rejected (conversations "
             "with a later user message): DPOTrainer scores each side whole, so it counts those words as the "
             "model's. Pair single-turn conversations where that matters.")
+    if t.other_context:
+        report.setdefault("warnings", []).append(
+            f"{t.other_context} of {n_out} pairs start the rejected side from other messages than the chosen side "
+            "(another system message, ask or user turn before the first reply): the TRL prompt is the chosen "
+            "side's, so DPOTrainer scores the rejected reply as the answer to a conversation it never saw. Pair "
+            "rollouts of the same conversation, or use format='openai', whose sides keep their own messages.")
     if t.no_reply:
         report.setdefault("warnings", []).append(
             f"{t.no_reply} of {n_out} pairs have a side with no assistant turn (e.g. a run that ended before the "
