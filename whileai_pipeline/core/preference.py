@@ -225,8 +225,11 @@ def _other_context(entry) -> bool:
     """A pair whose sides differ before their first assistant turn (another system message, ask or user
     turn): the TRL prompt is the chosen side's (spec 4.1), so the rejected side's own is lost. The wire
     messages before a first assistant turn carry no tool calls, so they compare as TRL writes them."""
-    chosen, rejected = entry["chosen"], entry["rejected"]
-    return chosen[:first_assistant_index(chosen)] != rejected[:first_assistant_index(rejected)]
+    def before_reply(side):  # the whole side when it has no assistant turn (first_assistant_index says -1)
+        i = first_assistant_index(side)
+        return side if i < 0 else side[:i]
+
+    return before_reply(entry["chosen"]) != before_reply(entry["rejected"])
 
 
 def _speaks_for_user(side) -> bool:
