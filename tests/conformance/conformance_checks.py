@@ -44,6 +44,7 @@ OPENAI_MASK = re.compile(r"^(\d+) of (\d+) rows leave assistant turns out of los
 NO_ROWS = re.compile(r"^the iterator given as the source gave no rows")  # ours: spec E47 writes it silently
 SKIPPED = re.compile(r"^(\d+) of (\d+) rows are not objects and were skipped")  # ours
 NO_REPLY = re.compile(r"^(\d+) of (\d+) rows have no assistant turn")  # ours: nothing to train on
+EMPTY_REPLY = re.compile(r"^(\d+) of (\d+) rows train an assistant turn with no text and no tool call")  # ours
 D12_CHOSEN = re.compile(r"^(\d+) of (\d+) chosen replies quote their own privileged context")
 TRL_USER_TURNS = re.compile(r"^(\d+) of (\d+) pairs have a user or system turn inside chosen or rejected")
 D12_REJECTED = re.compile(r"^(\d+) rejected replies quote their own privileged context")
@@ -238,7 +239,8 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     rest, extra = _split_extra_warnings(our_warnings, {"d6_tools": D6_NO_TOOLS, "d6_system": D6_NO_SYSTEM,
                                                        "d16_dropped": D16_DROPPED, "d16_goes_on": D16_GOES_ON,
                                                        "openai_mask": OPENAI_MASK, "no_rows": NO_ROWS,
-                                                       "skipped": SKIPPED, "no_reply": NO_REPLY})
+                                                       "skipped": SKIPPED, "no_reply": NO_REPLY,
+                                                       "empty_reply": EMPTY_REPLY})
     # DECISIONS 6: warn when a row with tool calls is exported with no tools or no system prompt
     with_calls = _rows_with_calls(pred)
     exp_extra = set()
@@ -266,6 +268,14 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
         isinstance(m, dict) and m.get("role") == "assistant" for m in x.get("messages") or ()))
     if no_reply:
         exp_extra.add("no_reply")
+    # ours: a trained assistant turn with no text and no call (every assistant turn of an openai or a TRL messages
+    # row, a completion's): the model learns to end its turn without a word
+    empty_reply = sum(1 for x in pred if any(
+        isinstance(m, dict) and m.get("role") == "assistant" and not m.get("tool_calls")
+        and not (m.get("content") or "").strip()
+        for m in (x["completion"] if "completion" in x else x.get("messages") or ())))
+    if empty_reply:
+        exp_extra.add("empty_reply")
     if not rows and iter(src) is src:
         exp_extra.add("no_rows")  # ours: an iterator that gave nothing (one read twice, say) is said to be empty
     assert set(extra) == exp_extra, f"DECISIONS 6/16 warnings: expected {sorted(exp_extra)}, got {our_warnings}\n{ctx}"
@@ -282,6 +292,8 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
         assert extra["skipped"].groups() == (str(skipped), str(len(rows))), extra["skipped"].group(0)
     if "no_reply" in extra:
         assert extra["no_reply"].groups() == (str(no_reply), str(n_out)), extra["no_reply"].group(0)
+    if "empty_reply" in extra:
+        assert extra["empty_reply"].groups() == (str(empty_reply), str(n_out)), extra["empty_reply"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     if fmt == "trl":  # DECISIONS 16
         trl_loss = ours_rep.pop("trl_loss")

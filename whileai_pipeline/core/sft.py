@@ -135,6 +135,10 @@ def _written(entry, plan, objects=None, long_run=None):
     # rows always start with an assistant turn: TRL drops the others). ``loss_mask`` trains at least one
     # assistant turn whenever there is one, in every mask mode: no 1 in it is no assistant turn.
     no_reply = "completion" not in row and not trained
+    # an assistant turn the consumer trains that holds neither words nor a call (a reply that was only a <think>
+    # block, stripped): the model learns to end its turn without a word. OpenAI and a TRL messages row train
+    # every assistant turn; a completion row only its completion.
+    empty_reply = _trains_an_empty_turn(row["completion"] if "completion" in row else messages)
     first = messages[0] if messages else None
     tail = b""
     if plan.grouping and "prompt_text" in row:
@@ -152,11 +156,20 @@ def _written(entry, plan, objects=None, long_run=None):
         "completion" in row and len(row["completion"]) > 1,  # goes on after its last assistant turn
         masks_a_reply,
         no_reply,
+        empty_reply,
     )
     write = dumps_reusing if objects is None else objects.dumps
     body = write(row, "tools", plan.tools_json)
     big = _big_ints(body, long_run) if plan.trl and (long_run is not False or plan.tools_digits) else None
     return (*facts, big), body, tail
+
+
+def _trains_an_empty_turn(messages) -> bool:
+    for m in messages or ():
+        if (isinstance(m, dict) and m.get("role") == "assistant" and not m.get("tool_calls")
+                and not (m.get("content") or "").strip()):
+            return True
+    return False
 
 
 def _big_ints(body, long_run):
@@ -217,6 +230,7 @@ class _SftTally:
         self.going_on = 0  # TRL completions that go on after their last assistant turn
         self.replies_masked = 0  # openai rows whose loss_mask leaves an assistant turn out
         self.no_reply = 0  # rows written with no assistant turn (nothing to train on)
+        self.empty_reply = 0  # rows that train an assistant turn with no text and no tool call
         self.big_int_rows = 0  # TRL rows holding an integer beyond int64 (``_big_ints``), the first one's
         self.first_big_int = None  # (output line, where, value)
 
@@ -253,7 +267,7 @@ class _SftTally:
                 continue
             facts, body, tail = written
             (checked, invalid, with_system, with_tools, has_calls, truncated, chars_cut, trained, masked,
-             reward_verdict, goes_on, masks_a_reply, no_reply, big) = facts
+             reward_verdict, goes_on, masks_a_reply, no_reply, empty_reply, big) = facts
             self.roundtrip.record(self.n_out, checked, invalid)
             self.with_system += with_system
             self.with_tools += with_tools
@@ -266,6 +280,7 @@ class _SftTally:
             self.going_on += goes_on
             self.replies_masked += masks_a_reply
             self.no_reply += no_reply
+            self.empty_reply += empty_reply
             if big:
                 self.big_int_rows += 1
                 if self.first_big_int is None:
@@ -650,6 +665,11 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             f"{t.no_reply} of {t.n_out} rows have no assistant turn (e.g. a run that ended before the agent "
             f"replied), so nothing to train on: {consumer}. Leave those rows out of the export (validate names "
             "them: no_assistant_message).")
+    if t.empty_reply:
+        warnings.append(
+            f"{t.empty_reply} of {t.n_out} rows train an assistant turn with no text and no tool call (e.g. a reply "
+            "that was only a <think> block, removed by strip_think): the model learns to end its turn without a "
+            "word. Leave those rows out of the export, or export with strip_think=False to keep the thinking.")
     if not t.rows_read and src.hashed is None and not _rereadable(src.rows):  # an empty list or file: as spec E47
         warnings.append(
             "the iterator given as the source gave no rows, so the file has none; an iterator or generator is "
