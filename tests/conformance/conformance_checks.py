@@ -45,6 +45,7 @@ NO_ROWS = re.compile(r"^the iterator given as the source gave no rows")  # ours:
 SKIPPED = re.compile(r"^(\d+) of (\d+) rows are not objects and were skipped")  # ours
 NO_REPLY = re.compile(r"^(\d+) of (\d+) rows have no assistant turn")  # ours: nothing to train on
 EMPTY_REPLY = re.compile(r"^(\d+) of (\d+) rows train an assistant turn with no text and no tool call")  # ours
+TWO_SYSTEMS = re.compile(r"^(\d+) of (\d+) rows hold their own system message and were given the system prompt too")
 D12_CHOSEN = re.compile(r"^(\d+) of (\d+) chosen replies quote their own privileged context")
 TRL_USER_TURNS = re.compile(r"^(\d+) of (\d+) pairs have a user or system turn inside chosen or rejected")
 D12_REJECTED = re.compile(r"^(\d+) rejected replies quote their own privileged context")
@@ -240,7 +241,7 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
                                                        "d16_dropped": D16_DROPPED, "d16_goes_on": D16_GOES_ON,
                                                        "openai_mask": OPENAI_MASK, "no_rows": NO_ROWS,
                                                        "skipped": SKIPPED, "no_reply": NO_REPLY,
-                                                       "empty_reply": EMPTY_REPLY})
+                                                       "empty_reply": EMPTY_REPLY, "two_systems": TWO_SYSTEMS})
     # DECISIONS 6: warn when a row with tool calls is exported with no tools or no system prompt
     with_calls = _rows_with_calls(pred)
     exp_extra = set()
@@ -276,6 +277,11 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
         for m in (x["completion"] if "completion" in x else x.get("messages") or ())))
     if empty_reply:
         exp_extra.add("empty_reply")
+    # ours: a row's own system message after the system prompt the export put first
+    two_systems = sum(1 for x in pred if system and any(
+        isinstance(m, dict) and m.get("role") == "system" for m in (H.row_conversation(x) or [])[1:]))
+    if two_systems:
+        exp_extra.add("two_systems")
     if not rows and iter(src) is src:
         exp_extra.add("no_rows")  # ours: an iterator that gave nothing (one read twice, say) is said to be empty
     assert set(extra) == exp_extra, f"DECISIONS 6/16 warnings: expected {sorted(exp_extra)}, got {our_warnings}\n{ctx}"
@@ -292,8 +298,9 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
         assert extra["skipped"].groups() == (str(skipped), str(len(rows))), extra["skipped"].group(0)
     if "no_reply" in extra:
         assert extra["no_reply"].groups() == (str(no_reply), str(n_out)), extra["no_reply"].group(0)
-    if "empty_reply" in extra:
-        assert extra["empty_reply"].groups() == (str(empty_reply), str(n_out)), extra["empty_reply"].group(0)
+    for name, count in (("empty_reply", empty_reply), ("two_systems", two_systems)):
+        if name in extra:
+            assert extra[name].groups() == (str(count), str(n_out)), extra[name].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     if fmt == "trl":  # DECISIONS 16
         trl_loss = ours_rep.pop("trl_loss")

@@ -12,6 +12,7 @@ import pytest
 import whileai_pipeline.simulations as wai
 
 EMPTY = re.compile(r"^(\d+) of (\d+) rows train an assistant turn with no text and no tool call")
+TWO_SYSTEMS = re.compile(r"^(\d+) of (\d+) rows hold their own system message and were given the system prompt too")
 
 
 def _warning(report, pattern):
@@ -61,3 +62,34 @@ def test_trl_final_mode_counts_only_the_turn_trained(tmp_path):
     assert _warning(report, EMPTY) is None
     report = wai.export_dataset([row], tmp_path / "msgs.jsonl", format="trl")
     assert _warning(report, EMPTY) == (1, 1)
+
+
+OWN_SYSTEM = {"messages": [{"role": "system", "content": "You track orders."}, {"role": "user", "content": "hi"},
+                           {"role": "assistant", "content": "Hello."}], "reward": 1}
+
+
+def _run(tmp_path, rows, meta):
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "run.meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+def test_a_sidecar_prompt_given_to_rows_with_their_own_system_message_is_named(tmp_path, fmt):
+    path = _run(tmp_path, [OWN_SYSTEM, FINE], {"system_prompt": "You track orders.", "tools": []})
+    out = tmp_path / f"{fmt}.jsonl"
+    report = wai.export_dataset(path, out, format=fmt)
+    first = json.loads(out.read_text(encoding="utf-8").splitlines()[0])
+    assert [m["role"] for m in first["messages"]][:2] == ["system", "system"]  # the spec's conversion, as it is
+    assert _warning(report, TWO_SYSTEMS) == (1, 2), report.get("warnings")
+    # system_prompt="" keeps only the rows' own (spec 3.2): nothing to say
+    report = wai.export_dataset(path, tmp_path / f"{fmt}.own.jsonl", format=fmt, system_prompt="")
+    assert _warning(report, TWO_SYSTEMS) is None
+
+
+def test_rows_without_their_own_system_message_are_not_named(tmp_path):
+    report = wai.export_dataset([FINE], tmp_path / "out.jsonl", system_prompt="You track orders.")
+    assert _warning(report, TWO_SYSTEMS) is None
+    report = wai.export_dataset([OWN_SYSTEM], tmp_path / "own.jsonl")
+    assert _warning(report, TWO_SYSTEMS) is None

@@ -140,6 +140,9 @@ def _written(entry, plan, objects=None, long_run=None):
     # every assistant turn; a completion row only its completion.
     empty_reply = _trains_an_empty_turn(row["completion"] if "completion" in row else messages)
     first = messages[0] if messages else None
+    # the row's own system message after the one the export put first (sidecar, profile or argument)
+    two_systems = bool(plan.system) and any(
+        isinstance(m, dict) and m.get("role") == "system" for m in (messages or ())[1:])
     tail = b""
     if plan.grouping and "prompt_text" in row:
         row = dict(row)
@@ -157,6 +160,7 @@ def _written(entry, plan, objects=None, long_run=None):
         masks_a_reply,
         no_reply,
         empty_reply,
+        two_systems,
     )
     write = dumps_reusing if objects is None else objects.dumps
     body = write(row, "tools", plan.tools_json)
@@ -231,6 +235,7 @@ class _SftTally:
         self.replies_masked = 0  # openai rows whose loss_mask leaves an assistant turn out
         self.no_reply = 0  # rows written with no assistant turn (nothing to train on)
         self.empty_reply = 0  # rows that train an assistant turn with no text and no tool call
+        self.two_systems = 0  # rows with their own system message besides the export's system prompt
         self.big_int_rows = 0  # TRL rows holding an integer beyond int64 (``_big_ints``), the first one's
         self.first_big_int = None  # (output line, where, value)
 
@@ -267,7 +272,7 @@ class _SftTally:
                 continue
             facts, body, tail = written
             (checked, invalid, with_system, with_tools, has_calls, truncated, chars_cut, trained, masked,
-             reward_verdict, goes_on, masks_a_reply, no_reply, empty_reply, big) = facts
+             reward_verdict, goes_on, masks_a_reply, no_reply, empty_reply, two_systems, big) = facts
             self.roundtrip.record(self.n_out, checked, invalid)
             self.with_system += with_system
             self.with_tools += with_tools
@@ -281,6 +286,7 @@ class _SftTally:
             self.replies_masked += masks_a_reply
             self.no_reply += no_reply
             self.empty_reply += empty_reply
+            self.two_systems += two_systems
             if big:
                 self.big_int_rows += 1
                 if self.first_big_int is None:
@@ -670,6 +676,11 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             f"{t.empty_reply} of {t.n_out} rows train an assistant turn with no text and no tool call (e.g. a reply "
             "that was only a <think> block, removed by strip_think): the model learns to end its turn without a "
             "word. Leave those rows out of the export, or export with strip_think=False to keep the thinking.")
+    if t.two_systems:
+        warnings.append(
+            f"{t.two_systems} of {t.n_out} rows hold their own system message and were given the system prompt too "
+            f"(from the {src.system_source}): they open with two system turns, a context the model will not see "
+            "when it runs. Pass system_prompt=\"\" to keep only the rows' own, or take it out of the rows.")
     if not t.rows_read and src.hashed is None and not _rereadable(src.rows):  # an empty list or file: as spec E47
         warnings.append(
             "the iterator given as the source gave no rows, so the file has none; an iterator or generator is "
