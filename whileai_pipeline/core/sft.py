@@ -170,9 +170,10 @@ def _written(entry, plan, objects=None, long_run=None):
 
 def _trains_an_empty_turn(messages) -> bool:
     for m in messages or ():
-        if (isinstance(m, dict) and m.get("role") == "assistant" and not m.get("tool_calls")
-                and not (m.get("content") or "").strip()):
-            return True
+        if isinstance(m, dict) and m.get("role") == "assistant" and not m.get("tool_calls"):
+            content = m.get("content")
+            if not (content.strip() if isinstance(content, str) else content):
+                return True
     return False
 
 
