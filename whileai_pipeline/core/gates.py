@@ -10,7 +10,7 @@ from .arguments import ROWS_AS_TEXT, check_rows
 from .errors import BadRowError, ExportError
 from .conversation import conversation
 from .text import lower, normalize, text
-from .wire import arguments_are_structured, content_text
+from .wire import arguments_are_structured, content_text, strip_think_blocks
 
 ENCODINGS = {"openai": "json_string", "trl": "dict"}
 CHECKED_FOR = {
@@ -263,18 +263,35 @@ def _strings_in(value):
             yield from _strings_in(item)
 
 
-def leak_verdict(row, min_len=LEAK_MIN_QUOTE_CHARS, rebuilt=None):
+def leak_verdict(row, min_len=LEAK_MIN_QUOTE_CHARS, rebuilt=None, strip_think=False):
     """None when the row carries nothing to check, else (field, needle) of its first quote or False.
+
+    ``strip_think``: the export removes ``<think>`` blocks from the replies (spec 3.6). The raw replies
+    are searched first (spec 6.2: a quote inside a block the export strips still counts); when they hold
+    none, the replies as the export writes them are searched too, where a block inside a quote is gone
+    and its two halves meet in the text the model is trained on.
+    """
+    needles, words = _needle_set(row, min_len)
+    if not needles:
+        return None
+    parts = _reply_parts(row, rebuilt)
+    found = _quote_in(parts, needles, words)
+    if found or not strip_think:
+        return found
+    stripped = [strip_think_blocks(p) if "<" in p else p for p in parts]
+    if stripped == parts:
+        return False
+    return _quote_in(stripped, needles, words)
+
+
+def _quote_in(parts, needles, words):
+    """(field, needle) of the first needle the replies ``parts`` quote, or False.
 
     Normalizing the replies (splitting them into words) is most of the cost, so it is skipped when
     no needle's longest word occurs in the lowercased replies. That shortcut is exact: a needle's
     words hold no whitespace, so inside the normalized replies each lies within one of their words,
     and those are pieces of the lowercased replies (lowercasing twice changes nothing).
     """
-    needles, words = _needle_set(row, min_len)
-    if not needles:
-        return None
-    parts = _reply_parts(row, rebuilt)
     # The words hold no whitespace either, so each lies within one part (lowercasing does not reach across
     # the newline between two): a final text that repeats a reply (a conversation ends on it) is searched
     # once, not twice (28% of a bench row's text; 2.5 µs of a 20 KB row).
@@ -289,9 +306,9 @@ def leak_verdict(row, min_len=LEAK_MIN_QUOTE_CHARS, rebuilt=None):
     return False
 
 
-def leak_outcome(row, min_len=LEAK_MIN_QUOTE_CHARS, rebuilt=None):
+def leak_outcome(row, min_len=LEAK_MIN_QUOTE_CHARS, rebuilt=None, strip_think=False):
     """What ``LeakGate.record`` needs from a row: (verdict, has scenario_id key, scenario_id, rollout_index)."""
-    verdict = leak_verdict(row, min_len, rebuilt)
+    verdict = leak_verdict(row, min_len, rebuilt, strip_think)
     if verdict:
         return verdict, "scenario_id" in row, row.get("scenario_id"), row.get("rollout_index")
     return verdict, "scenario_id" in row, None, None

@@ -101,8 +101,9 @@ def _pair_outcomes(item, plans):
         if value is not None:
             entry[key] = scrub(value)
     stamp(entry)
-    leak = leak_outcome(item["chosen"], rebuilt=rebuilt.get("chosen"))
-    rejected_quotes = bool(leak_verdict(item["rejected"], rebuilt=rebuilt.get("rejected")))
+    strip = base.strip_think  # the replies as written are searched too (leak_verdict)
+    leak = leak_outcome(item["chosen"], rebuilt=rebuilt.get("chosen"), strip_think=strip)
+    rejected_quotes = bool(leak_verdict(item["rejected"], rebuilt=rebuilt.get("rejected"), strip_think=strip))
     length_cut = item["chosen"].get("finish_reason") == "length"  # the reply the trainer pushes up stops mid-way
     outcomes = []
     for plan in plans:

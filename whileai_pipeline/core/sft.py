@@ -81,7 +81,7 @@ def _sft_outcomes(raw, plans, long_run=None):
         return None
     base = plans[0]
     rebuilt = None if raw.get("messages") else conversation(raw)
-    leak = leak_outcome(raw, rebuilt=rebuilt)
+    leak = leak_outcome(raw, rebuilt=rebuilt, strip_think=base.strip_think)  # the replies as written too
     entries = [[] for _ in plans]
     # the argument texts to_wire writes from objects: a TRL row carries them as they are, and the round-trip
     # gate knows they read back as objects (``count_tool_calls``)

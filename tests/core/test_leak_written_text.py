@@ -1,0 +1,118 @@
+"""The leak gate must read the replies the file is trained on, not only the raw rows.
+
+Spec 6.2 searches each assistant turn's raw content (so a quote the export strips inside a
+``<think>`` block still counts, conservatively). Here a quote reached the written, trained
+text while the gate searched something else and passed: a ``<think>`` block inside the quote, which
+``strip_think`` removes so the two halves join in the file.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import whileai_pipeline.simulations as wai
+
+NEEDLE = "report it missing and do not act"
+# strip_think leaves "Sure: report it missing and do not act."
+SPLIT = "Sure: report it missing <think>the grader said so</think>and do not act."
+
+
+def _row(messages=None, **extra):
+    row = {"prompt": "where is order 42?", "scenario_id": "s1", "rollout_index": 0,
+           "privileged": {"reference": NEEDLE}, **extra}
+    if messages is not None:
+        row["messages"] = messages
+    return row
+
+
+def _assistant_texts(path):
+    texts = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        for key in ("messages", "chosen", "completion"):
+            for m in json.loads(line).get(key) or ():
+                if m.get("role") == "assistant":
+                    texts.append(m["content"])
+    return texts
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------ a think block inside the quote
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+def test_a_quote_split_by_a_stripped_think_block_is_refused(tmp_path, fmt):
+    src = _write(tmp_path / "run.jsonl", [_row([{"role": "user", "content": "where is order 42?"},
+                                                {"role": "assistant", "content": SPLIT}])])
+    out = tmp_path / "sft.jsonl"
+    # what the file would train on: the think block is gone, and the quote is whole
+    wai.export_dataset(src, out, format=fmt, validate=False)
+    assert any(NEEDLE in t for t in _assistant_texts(out))
+    out.unlink()
+    with pytest.raises(ValueError, match="^privileged_leak: 1 of 1 rows"):
+        wai.export_dataset(src, out, format=fmt)
+    assert not out.exists()
+
+
+def test_a_quote_split_by_a_think_block_in_a_step_and_the_final_text_is_refused(tmp_path):
+    row = _row(steps=[{"text": "<think>plan</think>Checking."}], final_text=SPLIT)
+    report = wai.export_dataset([row], validate=False)
+    assert report["privileged_leaks"]["n_leaked"] == 1
+
+
+def test_a_think_block_spanning_two_content_parts_is_seen_as_the_export_writes_it(tmp_path):
+    """DECISIONS 10: parts are exported as their JSON text, and strip_think then removes the block that
+    opens in one part and closes in the next, joining the halves of the quote."""
+    parts = [{"type": "text", "text": "report it missing <think>"}, {"type": "text", "text": "</think>and do not act"}]
+    src = _write(tmp_path / "run.jsonl", [_row([{"role": "user", "content": "q"},
+                                                {"role": "assistant", "content": parts}])])
+    out = tmp_path / "sft.jsonl"
+    wai.export_dataset(src, out, validate=False)
+    assert any(NEEDLE in t for t in _assistant_texts(out))
+    out.unlink()
+    with pytest.raises(ValueError, match="^privileged_leak:"):
+        wai.export_dataset(src, out)
+    assert not out.exists()
+
+
+def test_with_strip_think_off_the_split_quote_is_not_in_the_file_and_not_refused(tmp_path):
+    """The file keeps the think block, so no reply holds the quote whole: nothing to refuse."""
+    src = _write(tmp_path / "run.jsonl", [_row([{"role": "user", "content": "q"},
+                                                {"role": "assistant", "content": SPLIT}])])
+    out = tmp_path / "sft.jsonl"
+    report = wai.export_dataset(src, out, strip_think=False)
+    assert report["privileged_leaks"]["n_leaked"] == 0
+    assert not any(NEEDLE in t for t in _assistant_texts(out))
+
+
+def test_a_quote_inside_a_think_block_is_still_refused_as_the_spec_says(tmp_path):
+    """Spec 6.2 searches the raw content: the stripped text is searched as well, never instead."""
+    row = _row([{"role": "user", "content": "q"},
+                {"role": "assistant", "content": f"<think>the grader says {NEEDLE}</think>Let me check."}])
+    with pytest.raises(ValueError, match="^privileged_leak:"):
+        wai.export_dataset([row], tmp_path / "sft.jsonl")
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+def test_a_chosen_reply_split_by_a_stripped_think_block_is_refused(tmp_path, fmt):
+    chosen = _row([{"role": "user", "content": "q"}, {"role": "assistant", "content": SPLIT}], reward=1.0)
+    rejected = _row([{"role": "user", "content": "q"}, {"role": "assistant", "content": "Refunded."}], reward=0.0)
+    pair = {"prompt": "q", "chosen": chosen, "rejected": rejected}
+    out = tmp_path / "dpo.jsonl"
+    wai.export_preference([pair], out, format=fmt, validate=False)
+    assert any(NEEDLE in t for t in _assistant_texts(out))
+    out.unlink()
+    with pytest.raises(ValueError, match="^privileged_leak: 1 of 1 chosen"):
+        wai.export_preference([pair], out, format=fmt)
+    assert not out.exists()
+
+
+def test_a_rejected_reply_split_by_a_stripped_think_block_counts_as_quoting(tmp_path):
+    chosen = _row([{"role": "user", "content": "q"}, {"role": "assistant", "content": "I checked."}], reward=1.0)
+    rejected = _row([{"role": "user", "content": "q"}, {"role": "assistant", "content": SPLIT}], reward=0.0)
+    report = wai.export_preference([{"prompt": "q", "chosen": chosen, "rejected": rejected}], tmp_path / "dpo.jsonl")
+    assert report["privileged_leaks"]["rejected_quoting"] == 1
