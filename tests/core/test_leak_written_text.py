@@ -1,9 +1,10 @@
 """The leak gate must read the replies the file is trained on, not only the raw rows.
 
 Spec 6.2 searches each assistant turn's raw content (so a quote the export strips inside a
-``<think>`` block still counts, conservatively). Here a quote reached the written, trained
-text while the gate searched something else and passed: a ``<think>`` block inside the quote, which
-``strip_think`` removes so the two halves join in the file.
+``<think>`` block still counts, conservatively). These are the ways a quote reached the written,
+trained text while the gate searched something else and passed: a ``<think>`` block inside the
+quote, which ``strip_think`` removes so the two halves join in the file, and ``messages`` given as a
+tuple, which the export writes but the gate replaced by a conversation rebuilt from prompt and steps.
 """
 from __future__ import annotations
 
@@ -116,3 +117,26 @@ def test_a_rejected_reply_split_by_a_stripped_think_block_counts_as_quoting(tmp_
     rejected = _row([{"role": "user", "content": "q"}, {"role": "assistant", "content": SPLIT}], reward=0.0)
     report = wai.export_preference([{"prompt": "q", "chosen": chosen, "rejected": rejected}], tmp_path / "dpo.jsonl")
     assert report["privileged_leaks"]["rejected_quoting"] == 1
+
+
+# ------------------------------------------------------------ messages given as a tuple
+
+
+def test_messages_given_as_a_tuple_are_searched_as_they_are_exported(tmp_path):
+    messages = ({"role": "user", "content": "q"}, {"role": "assistant", "content": f"I will {NEEDLE}."})
+    row = _row(messages)
+    out = tmp_path / "sft.jsonl"
+    wai.export_dataset([dict(row)], out, validate=False)
+    assert any(NEEDLE in t for t in _assistant_texts(out))  # the export writes the tuple's turns
+    out.unlink()
+    with pytest.raises(ValueError, match="^privileged_leak: 1 of 1 rows"):
+        wai.export_dataset([dict(row)], out)
+    assert not out.exists()
+    assert wai.leak_report([row])["n_leaked"] == 1
+
+
+def test_a_chosen_side_with_tuple_messages_is_searched(tmp_path):
+    chosen = _row(({"role": "user", "content": "q"}, {"role": "assistant", "content": f"I will {NEEDLE}."}))
+    rejected = _row([{"role": "user", "content": "q"}, {"role": "assistant", "content": "Refunded."}])
+    with pytest.raises(ValueError, match="^privileged_leak: 1 of 1 chosen"):
+        wai.export_preference([{"prompt": "q", "chosen": chosen, "rejected": rejected}], tmp_path / "dpo.jsonl")

@@ -233,7 +233,9 @@ def _reply_parts(row, rebuilt):
     """The texts the leak gate searches: the final text, then what every assistant turn says."""
     parts = [text(row.get("final_text") or "")]
     messages = row.get("messages")
-    if not (isinstance(messages, list) and messages):
+    # a tuple is what the export writes too (``to_wire`` loops over it): rebuilding the conversation from
+    # prompt and steps instead would search replies other than the ones written
+    if not (isinstance(messages, (list, tuple)) and messages):
         messages = rebuilt if rebuilt is not None else conversation(row, tool_text=False)
     for message in messages:
         if isinstance(message, dict) and message.get("role") == "assistant":
