@@ -1,12 +1,16 @@
-"""The leak gate's shortcut (skip normalizing replies when no needle's longest word occurs) is exact."""
+"""The leak gate's shortcut (skip normalizing replies when no needle's longest word occurs) is exact, for
+spec 6.2's reading of a quote and for the loose one (reference_match's reading of a repeat)."""
 
 from hypothesis import given, settings, strategies as st
 
 from whileai_pipeline.core.conversation import conversation
 from whileai_pipeline.core.gates import leak_verdict
+from whileai_pipeline.core.scoring import normalize_answer  # how reference_match reads a repeat
 
 # Letters whose case mapping is unusual (final sigma, dotted I, ligatures), and assorted whitespace.
-ALPHABET = st.sampled_from(list("abcXYZ Σσςİıßẞﬁǅ\u00a0\u2003\t\n\r\x1c.,-:") + ["ΟΔΟΣ", "İstanbul", "STRASSE"])
+# Punctuation and full-width letters exercise the loose reading (NFKC, punctuation to spaces).
+ALPHABET = st.sampled_from(list("abcXYZ Σσςİıßẞﬁǅ\u00a0\u2003\t\n\r\x1c.,-:")
+                           + ["ΟΔΟΣ", "İstanbul", "STRASSE", "ａｂｃ", "\u2014", "1.5", "'", "2", "9,", "_"])
 TEXT = st.lists(ALPHABET, max_size=40).map("".join)
 
 
@@ -15,13 +19,14 @@ def normalize(value: str) -> str:
     return " ".join(value.split()).lower()
 
 
-def leak_haystack(row) -> str:
-    """Spec 6.2's haystack, built here rather than with the gate's own helper (the expected verdict must
-    not come from the code under test): final_text, then the string content of every assistant message
-    of ``conversation(row)`` (opener included), empty parts dropped, joined with newlines, normalized."""
+def replies(row) -> str:
+    """Spec 6.2's haystack before normalizing, built here rather than with the gate's own helper (the
+    expected verdict must not come from the code under test): final_text, then the string content of
+    every assistant message of ``conversation(row)`` (opener included), empty parts dropped, joined with
+    newlines."""
     parts = [row.get("final_text") or ""]
     parts += [m["content"] for m in conversation(row) if m.get("role") == "assistant" and isinstance(m["content"], str)]
-    return normalize("\n".join(p for p in parts if p))
+    return "\n".join(p for p in parts if p)
 
 
 def _slow_verdict(row, min_len=12):
@@ -31,12 +36,16 @@ def _slow_verdict(row, min_len=12):
         value = row["privileged"].get(field)
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str) and len(normalize(item)) >= min_len:
-                needles.append((field, normalize(item)))
+                needles.append((field, normalize(item), normalize_answer(item)))
     if not needles:
         return None
-    haystack = leak_haystack(row)  # normalizes every reply, no shortcut
-    for field, needle in needles:
+    haystack = normalize(replies(row))  # normalizes every reply, no shortcut
+    for field, needle, _ in needles:
         if needle in haystack:
+            return field, needle
+    said = f" {normalize_answer(replies(row))} "  # then the needle's words among the replies' words
+    for field, needle, words in needles:
+        if len(words) >= min_len and f" {words} " in said:
             return field, needle
     return False
 

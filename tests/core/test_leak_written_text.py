@@ -140,3 +140,53 @@ def test_a_chosen_side_with_tuple_messages_is_searched(tmp_path):
     rejected = _row([{"role": "user", "content": "q"}, {"role": "assistant", "content": "Refunded."}])
     with pytest.raises(ValueError, match="^privileged_leak: 1 of 1 chosen"):
         wai.export_preference([{"prompt": "q", "chosen": chosen, "rejected": rejected}], tmp_path / "dpo.jsonl")
+
+
+# ------------------------------------------------------------ what reference_match calls a repeat
+
+
+REFERENCE = "lookup first; the order has not shipped, so cancelling it is allowed"
+
+
+@pytest.mark.parametrize("reply", [
+    "Lookup first: the order has not shipped, so cancelling it is allowed.",  # other punctuation
+    "lookup first — the order has not shipped so cancelling it is allowed!",
+    # full width (NFKC)
+    "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in "lookup first; the order has not shipped, so "
+            "cancelling it is allowed"),
+    "LOOKUP FIRST; THE ORDER HAS NOT SHIPPED, SO CANCELLING IT IS ALLOWED!",
+])
+def test_a_reply_reference_match_pays_for_repeating_the_reference_is_refused(tmp_path, reply):
+    """README (scorers): reference_match "suits short references; a long reference sentence that the reply
+    repeats is also what the leak gate refuses". reference_match calls a reply a repeat when the reference
+    is a run of its whole words once both are normalized (NFKC, case-folded, punctuation to spaces), so
+    the gate must refuse each such reply: with ``sft_rows: pass`` these are exactly the rows exported."""
+    from whileai_pipeline.core.scoring import resolve_scorer
+
+    row = {"prompt": "cancel ORD-1", "scenario_id": "s1", "rollout_index": 0, "steps": [{"text": "Checking."}],
+           "final_text": reply, "privileged": {"reference": REFERENCE}}
+    scored = resolve_scorer("reference_match").score_row(row)
+    assert scored["reward"] == 1.0
+    out = tmp_path / "sft.jsonl"
+    with pytest.raises(ValueError, match="^privileged_leak: 1 of 1 rows"):
+        wai.export_dataset([scored], out)
+    assert not out.exists()
+    assert wai.leak_report([scored])["leaked"] == [
+        {"scenario_id": "s1", "rollout_index": 0, "field": "reference", "needle": REFERENCE}]
+
+
+def test_the_words_of_the_reference_in_another_order_or_inside_other_words_are_no_repeat(tmp_path):
+    """Whole words in the reference's order, as reference_match reads a repeat: nothing looser (a verbatim
+    quote is still found inside other words, spec 6.2)."""
+    for reply in ["the order has not shipped; lookup first, so cancelling it is allowed",
+                  "lookup first: the order has not shipped, so cancelling it is allowedly"]:
+        row = {"prompt": "q", "final_text": reply, "privileged": {"reference": REFERENCE}}
+        assert wai.leak_report([row])["n_leaked"] == 0, reply
+
+
+def test_a_reference_that_is_mostly_punctuation_is_not_matched_loosely():
+    """Loosely, "a.b.c.d.e.f." is "a b c d e f" (11 characters): shorter than a needle may be, so only its
+    exact text counts."""
+    row = {"prompt": "q", "final_text": "see a, b, c, d, e, f", "privileged": {"reference": "a.b.c.d.e.f."}}
+    assert wai.leak_report([row])["n_leaked"] == 0
+    assert wai.leak_report([{**row, "final_text": "see A.B.C.D.E.F. now"}])["n_leaked"] == 1

@@ -4,12 +4,16 @@ Both gates are built as accumulators (``add`` one row at a time, ``report()`` at
 exporters can run them inside their single streaming pass; the list functions wrap them.
 """
 
+import functools
+import re
+import unicodedata
+
 import orjson
 
 from .arguments import ROWS_AS_TEXT, check_rows
 from .errors import BadRowError, ExportError
 from .conversation import conversation
-from .text import lower, normalize, text
+from .text import lower, normalize, normalize_answer, text
 from .wire import arguments_are_structured, content_text, strip_think_blocks
 
 ENCODINGS = {"openai": "json_string", "trl": "dict"}
@@ -175,11 +179,13 @@ def _uncountable(row):
 
 def leak_needles(row, min_len=LEAK_MIN_QUOTE_CHARS):
     """(field path, normalized text, its longest word) of every privileged string long enough to be a quote."""
-    return _needle_set(row, min_len)[0]
+    return [(path, needle, word) for path, needle, word, _ in _needle_set(row, min_len)[0]]
 
 
 def _needle_set(row, min_len):
-    """(``leak_needles``, the distinct longest words among them), built once per privileged block."""
+    """(needles, the distinct longest words among them, the needles read loosely, the distinct longest words
+    among those), built once per privileged block. A needle is (field path, normalized text, its longest
+    word, its ``normalize_answer`` text or None when that is shorter than ``min_len``)."""
     privileged = row.get("privileged")
     if not isinstance(privileged, dict):
         return _NO_NEEDLES
@@ -197,10 +203,13 @@ def _needle_set(row, min_len):
 
 
 def _with_words(needles):
-    return needles, tuple(dict.fromkeys(word for _, _, word in needles))
+    words = tuple(dict.fromkeys(word for _, _, word, _ in needles))
+    loose = tuple((path, needle, said) for path, needle, _, said in needles if said)
+    loose_words = tuple(dict.fromkeys(max(said.split(" "), key=len) for _, _, said in loose))
+    return needles, words, loose, loose_words, tuple(word for word in loose_words if word not in words)
 
 
-_NO_NEEDLES = ([], ())
+_NO_NEEDLES = ([], (), (), (), ())
 
 
 _NEEDLE_CACHE = {}
@@ -220,7 +229,10 @@ def _needles(privileged, min_len):
         elif isinstance(value, str):
             needle = normalize(value)
             if len(needle) >= min_len:
-                needles.append((path, needle, max(needle.split(" "), key=len)))
+                # plain ASCII words read the same loosely (normalize_answer costs 5 µs a needle)
+                words = needle if needle.isascii() and needle.replace(" ", "").isalnum() else normalize_answer(value)
+                needles.append((path, needle, max(needle.split(" "), key=len),
+                                words if len(words) >= min_len else None))
 
     for field in LEAK_FIELDS:
         value = privileged.get(field)
@@ -250,6 +262,60 @@ def _reply_parts(row, rebuilt):
     return parts
 
 
+def _folded(lowered):
+    """``lowered`` as ``normalize_answer`` reads it before turning punctuation into spaces (NFKC, then
+    case-folded): each word of ``normalize_answer(lowered)`` is a piece of it. Most replies are that
+    already and are not copied: ASCII, and Latin-1 text without a character NFKC or case folding changes
+    (a Latin-1 text is NFKC but for those: it holds no combining mark)."""
+    if lowered.isascii():
+        return lowered
+    try:
+        raw = lowered.encode("latin-1")
+    except UnicodeEncodeError:
+        if unicodedata.is_normalized("NFKC", lowered):
+            return lowered.casefold()
+    else:
+        if len(raw.translate(None, _LATIN1_FOLDED)) == len(raw):
+            return lowered
+    return unicodedata.normalize("NFKC", lowered).casefold()
+
+
+# the Latin-1 characters NFKC and case folding change: "\u00a0", "\u00b5", "\u00df", "\u00bd"...
+_LATIN1_FOLDED = bytes(c for c in range(0x80, 0x100) if unicodedata.normalize("NFKC", chr(c)).casefold() != chr(c))
+
+
+def _says(folded, said):
+    """Whether ``normalize_answer(folded)`` holds the words ``said`` (``normalize_answer`` text) as a run of
+    whole words. ``str.find`` skips to each occurrence of the first word, and a pattern is tried there only
+    (normalizing the whole text first, or searching it with the pattern, costs about 200 µs of a bench row's
+    replies); the pattern is compiled only for a text that holds that word."""
+    first = said.split(" ", 1)[0]
+    i = folded.find(first)
+    if i == -1:
+        return False
+    pattern = _loose_pattern(said)
+    while i != -1:
+        if pattern.match(folded, i):
+            return True
+        i = folded.find(first, i + 1)
+    return False
+
+
+# what ``normalize_answer`` turns into one space: whitespace and punctuation, but not a point or comma between
+# digits (``text._PUNCT``)
+_LOOSE_GAP = r"(?:\s|(?!(?<=\d)[.,]\d)[^\w\s])+"
+
+
+@functools.lru_cache(maxsize=1024)
+def _loose_pattern(said):
+    """The pattern that matches the words ``said`` (``normalize_answer`` text) where they are a run of whole
+    words of ``normalize_answer`` of a text, in the text NFKC-normalized and case-folded (``_folded``)."""
+    words = said.split(" ")
+    left = r"(?<!\w)" + (r"(?<!\d[.,])" if words[0][0].isdigit() else "")
+    right = r"(?!\w)" + (r"(?![.,]\d)" if words[-1][-1].isdigit() else "")
+    return re.compile(left + _LOOSE_GAP.join(map(re.escape, words)) + right)
+
+
 def _lowered(parts):
     return lower("\n".join(p for p in parts if p))
 
@@ -273,37 +339,59 @@ def leak_verdict(row, min_len=LEAK_MIN_QUOTE_CHARS, rebuilt=None, strip_think=Fa
     none, the replies as the export writes them are searched too, where a block inside a quote is gone
     and its two halves meet in the text the model is trained on.
     """
-    needles, words = _needle_set(row, min_len)
-    if not needles:
+    needle_set = _needle_set(row, min_len)
+    if not needle_set[0]:
         return None
     parts = _reply_parts(row, rebuilt)
-    found = _quote_in(parts, needles, words)
+    found = _quote_in(parts, needle_set)
     if found or not strip_think:
         return found
     stripped = [strip_think_blocks(p) if "<" in p else p for p in parts]
     if stripped == parts:
         return False
-    return _quote_in(stripped, needles, words)
+    return _quote_in(stripped, needle_set)
 
 
-def _quote_in(parts, needles, words):
+def _quote_in(parts, needle_set):
     """(field, needle) of the first needle the replies ``parts`` quote, or False.
+
+    A quote is first what spec 6.2 searches: the needle in the normalized replies. Failing that, the
+    needle's words in the replies' words, both read as ``reference_match`` reads a repeat
+    (``normalize_answer``: NFKC, case-folded, punctuation to spaces): a reply that says the reference with
+    other punctuation, in full-width letters or as "SS" for "ß" recites it all the same, and the scorer
+    pays for it.
 
     Normalizing the replies (splitting them into words) is most of the cost, so it is skipped when
     no needle's longest word occurs in the lowercased replies. That shortcut is exact: a needle's
     words hold no whitespace, so inside the normalized replies each lies within one of their words,
-    and those are pieces of the lowercased replies (lowercasing twice changes nothing).
+    and those are pieces of the lowercased replies (lowercasing twice changes nothing). The loose reading
+    takes the same shortcut over the replies NFKC-normalized and case-folded (``_folded``), which
+    ``normalize_answer`` changes only by turning punctuation into spaces (and ``normalize_answer`` of the
+    lowercased replies is that of the replies: lowercasing first changes no character's NFKC case fold).
     """
+    needles, words, loose, loose_words, other_words = needle_set
     # The words hold no whitespace either, so each lies within one part (lowercasing does not reach across
     # the newline between two): a final text that repeats a reply (a conversation ends on it) is searched
     # once, not twice (28% of a bench row's text; 2.5 µs of a 20 KB row).
     repeated = parts[0] and parts[0] in parts[1:]
     lowered = _lowered(parts[1:] if repeated else parts)
-    if not any(word in lowered for word in words):
+    hit = any(word in lowered for word in words)
+    if hit:
+        haystack = normalize(_lowered(parts) if repeated else lowered)
+        for field, needle, _, _ in needles:
+            if needle in haystack:
+                return field, needle
+    if not loose:
         return False
-    haystack = normalize(_lowered(parts) if repeated else lowered)
-    for field, needle, _ in needles:
-        if needle in haystack:
+    folded = _folded(lowered)
+    # replies that folding leaves as they are and that hold no needle's longest word can hold only the
+    # longest loose words that are no needle's longest word
+    if not any(word in folded for word in (other_words if folded is lowered and not hit else loose_words)):
+        return False
+    if repeated:  # the whole text, for words that run from the final text into the first reply
+        folded = _folded(_lowered(parts))
+    for field, needle, said in loose:
+        if _says(folded, said):  # whole words, as reference_match reads a repeat
             return field, needle
     return False
 

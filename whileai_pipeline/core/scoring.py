@@ -33,22 +33,14 @@ from typing import Callable
 
 from .gates import scrub
 from .groups import KeyIndex, key_digest, numeric_reward, task_key, verdict
-from .text import text
+from .text import normalize_answer, text
 from .wire import nonfinite_arguments_as_text, strip_think_blocks
 
 BUILTIN_SCORERS = ("existing", "reference_match")
-# punctuation, but for a decimal point or thousands comma between digits: "2.5" must not hold the word "5"
-_PUNCT = re.compile(r"(?:(?!(?<=\d)[.,]\d)[^\w\s])+", re.UNICODE)
-_WS = re.compile(r"\s+")
 
 
 class ScorerError(ValueError):
     """A scorer name that cannot be resolved, or a scorer that returned something unusable."""
-
-
-def normalize_answer(value) -> str:
-    text = unicodedata.normalize("NFKC", str(value)).casefold()
-    return _WS.sub(" ", _PUNCT.sub(" ", text)).strip()
 
 
 def final_answer(row) -> str:

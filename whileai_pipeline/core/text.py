@@ -3,6 +3,8 @@
 
 import hashlib
 import json
+import re
+import unicodedata
 
 
 def text(value) -> str:
@@ -55,6 +57,18 @@ def sha1_12(value: str) -> str:
 def normalize(value: str) -> str:
     """Collapse whitespace runs to one space, trim, lowercase (leak needles, pair grouping)."""
     return lower(" ".join(value.split()))
+
+
+# punctuation, but for a decimal point or thousands comma between digits: "2.5" must not hold the word "5"
+_PUNCT = re.compile(r"(?:(?!(?<=\d)[.,]\d)[^\w\s])+", re.UNICODE)
+_WS = re.compile(r"\s+")
+
+
+def normalize_answer(value) -> str:
+    """NFKC, case-folded, punctuation to spaces, whitespace collapsed: how ``reference_match`` compares an
+    answer with its reference, and how the leak gate reads a reply that repeats a privileged text."""
+    text = unicodedata.normalize("NFKC", str(value)).casefold()
+    return _WS.sub(" ", _PUNCT.sub(" ", text)).strip()
 
 
 def lower(value: str) -> str:
