@@ -190,3 +190,11 @@ def test_a_reference_that_is_mostly_punctuation_is_not_matched_loosely():
     row = {"prompt": "q", "final_text": "see a, b, c, d, e, f", "privileged": {"reference": "a.b.c.d.e.f."}}
     assert wai.leak_report([row])["n_leaked"] == 0
     assert wai.leak_report([{**row, "final_text": "see A.B.C.D.E.F. now"}])["n_leaked"] == 1
+
+
+def test_leak_report_names_the_rows_an_export_refuses_for_a_split_quote():
+    """The refusal says to drop the rows ``leak_report(...)['leaked']`` names: it must name this one too
+    (exports strip think blocks by default)."""
+    row = _row([{"role": "user", "content": "q"}, {"role": "assistant", "content": SPLIT}])
+    assert wai.leak_report([row])["leaked"] == [
+        {"scenario_id": "s1", "rollout_index": 0, "field": "reference", "needle": NEEDLE}]

@@ -416,8 +416,10 @@ class LeakGate:
         self.uncheckable_exported = False
 
     def add(self, row, rebuilt=None):
+        # the replies with their think blocks stripped too, as the exports write them by default: a row an
+        # export refuses is one leak_report names (the refusal says to drop the rows it names)
         if isinstance(row, dict):
-            self.record(leak_outcome(row, self.min_len, rebuilt))
+            self.record(leak_outcome(row, self.min_len, rebuilt, strip_think=True))
 
     def record(self, outcome):
         """Count one row from its ``leak_outcome``."""
