@@ -53,6 +53,7 @@ NO_REPLY_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side with no assistan
 SKIPPED_PAIRS = re.compile(r"^(\d+) of (\d+) entries are not objects and were skipped")  # ours
 LENGTH_CUT_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a chosen side cut by the reply token cap")  # ours
 TRL_OTHER_CONTEXT = re.compile(r"^(\d+) of (\d+) pairs start the rejected side from other messages")  # ours
+CRASHED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side that is a crashed rollout")  # ours
 
 
 def leak_subset(rep: dict) -> dict:
@@ -502,7 +503,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
                                                        "d6_tools": D6_NO_TOOLS, "d6_system": D6_NO_SYSTEM,
                                                        "user_turns": TRL_USER_TURNS, "no_reply": NO_REPLY_PAIRS,
                                                        "skipped": SKIPPED_PAIRS, "length_cut": LENGTH_CUT_PAIRS,
-                                                       "other_context": TRL_OTHER_CONTEXT})
+                                                       "other_context": TRL_OTHER_CONTEXT,
+                                                       "crashed": CRASHED_PAIRS})
     exp_extra = {"user_turns"} if user_turns else set()
     # ours: pairs whose chosen row was cut by the reply token cap (export_dataset warns of such rows, spec 5.6)
     length_cut = sum(1 for p in kept if p["chosen"].get("finish_reason") == "length")
@@ -518,6 +520,12 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
                             != row["rejected"][:_first_assistant(row["rejected"])])
     if other_context:
         exp_extra.add("other_context")
+    # ours: pairs with a side that is a crashed rollout (final_text starts "<agent error", spec 1.1)
+    crashed = sum(1 for p in kept if any(str(p[side].get("final_text") or "").startswith("<agent error")
+                                         for side in ("chosen", "rejected")))
+    if crashed:
+        exp_extra.add("crashed")
+        event("a pair has a crashed side")
     # ours: an openai pair with a side that has no assistant turn (TRL drops such a pair)
     no_reply = sum(1 for row in pred if fmt == "openai" and not all(
         any(isinstance(m, dict) and m.get("role") == "assistant" for m in row[side])
@@ -550,6 +558,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
         assert extra["length_cut"].groups() == (str(length_cut), str(len(pred)))
     if "other_context" in extra:
         assert extra["other_context"].groups() == (str(other_context), str(len(pred)))
+    if "crashed" in extra:
+        assert extra["crashed"].groups() == (str(crashed), str(len(pred)))
     if "skipped" in extra:
         assert extra["skipped"].groups() == (str(skipped), str(len(pairs))), extra["skipped"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"

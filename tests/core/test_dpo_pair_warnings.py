@@ -6,7 +6,10 @@ export therefore says out loud (ours, beside DECISIONS 12's warnings):
   chosen side of a pair, DPO pushes the model towards that reply just the same;
 * a TRL pair whose rejected side started from other messages than its chosen side: the TRL prompt is
   the chosen side's (spec 4.1, E66), so the rejected reply is scored as the answer to a context it
-  never saw.
+  never saw;
+* a side that is a crashed rollout (``final_text`` starting ``<agent error``, spec 1.1): DPO pushes that
+  side's text up or down, though the model never produced it (the error text, or a run the crash cut
+  short).
 """
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ import whileai_pipeline.simulations as wai
 
 LENGTH_CUT = "cut by the reply token cap"
 OTHER_CONTEXT = "rejected side from other messages than the chosen side"
+CRASHED = "a side that is a crashed rollout"
+AGENT_ERROR = "<agent error: RuntimeError: tool crashed>"
 
 
 def _side(prompt, text, *, user=None, **extra):
@@ -93,3 +98,23 @@ def test_trl_pairs_of_one_conversation_say_nothing_of_their_context(tmp_path):
     report = wai.export_preference(pairs, tmp_path / "pairs.trl.jsonl", format="trl")
     assert report["pairs"] == 2
     assert not _warnings(report, OTHER_CONTEXT)
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+def test_a_side_that_is_a_crashed_rollout_is_exported_with_a_warning(tmp_path, fmt):
+    rejected_crashed = _pair(_side("Refund A", "Refunded A."), _side("Refund A", AGENT_ERROR))
+    chosen_crashed = _pair({"prompt": "Refund B", "steps": [{"text": "Checking order B."}], "final_text": AGENT_ERROR},
+                           _side("Refund B", "No."))  # the error text is dropped (spec 1.4 step 9): still a crash
+    fine = _pair(_side("Refund C", "Refunded C."), _side("Refund C", "No."))
+    out = tmp_path / f"pairs.{fmt}.jsonl"
+    report = wai.export_preference([rejected_crashed, chosen_crashed, fine], out, system_prompt="SYS", format=fmt)
+    first, _, _ = _lines(out)  # exported, as the spec writes them
+    assert first["rejected"][-1] == {"role": "assistant", "content": AGENT_ERROR}
+    (said,) = _warnings(report, CRASHED)
+    assert said.startswith("2 of 3 pairs have a side that is a crashed rollout (final_text '<agent error")
+
+
+def test_a_reply_that_only_mentions_an_agent_error_is_no_crashed_rollout(tmp_path):
+    pair = _pair(_side("Refund A", "Refunded A."), _side("Refund A", "The log said <agent error> earlier."))
+    report = wai.export_preference([pair], tmp_path / "pairs.jsonl")
+    assert not _warnings(report, CRASHED)

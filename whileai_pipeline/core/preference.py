@@ -23,6 +23,7 @@ from .progress import check_progress, tick
 from .rows import SchemaCheck, preference_problems, stamp
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
 from .spool import Spool
+from .text import text
 from .trl import first_assistant_index, trl_preference_row
 from .wire import ObjectTexts, has_tool_calls, to_wire
 
@@ -105,6 +106,7 @@ def _pair_outcomes(item, plans):
     leak = leak_outcome(item["chosen"], rebuilt=rebuilt.get("chosen"), strip_think=strip)
     rejected_quotes = bool(leak_verdict(item["rejected"], rebuilt=rebuilt.get("rejected"), strip_think=strip))
     length_cut = item["chosen"].get("finish_reason") == "length"  # the reply the trainer pushes up stops mid-way
+    crashed = _crashed(item["chosen"]) or _crashed(item["rejected"])  # a side the model never produced
     outcomes = []
     for plan in plans:
         row, placed = entry, None
@@ -129,6 +131,7 @@ def _pair_outcomes(item, plans):
             not plan.trl and not (_has_reply(row["chosen"]) and _has_reply(row["rejected"])),
             length_cut,
             plan.trl and _other_context(entry),
+            crashed,
         )
         write = dumps_reusing if placed is None else placed.dumps
         outcomes.append((preference_problems(row), facts, write(row, "tools", plan.tools_json)))
@@ -155,6 +158,7 @@ class _PairTally:
         self.no_reply = 0  # pairs written with a side that has no assistant turn
         self.length_cut = 0  # pairs written whose chosen row has finish_reason "length"
         self.other_context = 0  # TRL pairs whose rejected side began from other messages than the chosen side
+        self.crashed = 0  # pairs written with a side whose final_text is an agent error
 
     def consume(self, outcome, position):
         tick(self.progress, self.n_entries + self.skipped + 1)
@@ -184,7 +188,7 @@ class _PairTally:
             self.n_out += 1
             return
         (chosen_calls, rejected_calls, leak, rejected_quotes, has_calls, delta, identical, margin, user_turns,
-         no_reply, length_cut, other_context) = facts
+         no_reply, length_cut, other_context, crashed) = facts
         self.roundtrip.record(2 * self.n_out, *chosen_calls)
         self.roundtrip.record(2 * self.n_out + 1, *rejected_calls)
         self.leaks.record(leak)
@@ -198,6 +202,7 @@ class _PairTally:
         self.no_reply += no_reply
         self.length_cut += length_cut
         self.other_context += other_context
+        self.crashed += crashed
         if margin is not None:
             self.n_margins += 1
             self.margin_sum += margin
@@ -220,6 +225,11 @@ def _counted_margin(margin) -> bool:
     except OverflowError:
         return False
     return True
+
+
+def _crashed(row) -> bool:
+    """A rollout the agent crashed in: its ``final_text`` is the error (spec 1.1), as ``conversation`` tells."""
+    return text(row.get("final_text") or "").startswith("<agent error")
 
 
 def _other_context(entry) -> bool:
@@ -413,6 +423,12 @@ def _checked_report(tally, src, format, name="export_preference"):
             f"{t.length_cut} of {n_out} pairs have a chosen side cut by the reply token cap (finish_reason "
             "'length'): DPO pushes the model towards a reply that stops mid-thought. Filter the scored rows on "
             "finish_reason == 'stop' before pairing, or raise agent_max_tokens=.")
+    if t.crashed:
+        report.setdefault("warnings", []).append(
+            f"{t.crashed} of {n_out} pairs have a side that is a crashed rollout (final_text '<agent error: ...>'): "
+            "DPO pushes that side up or down, though the model never produced it (the error text, or a run the "
+            "crash cut short). Leave rows whose final_text starts with '<agent error' out of the pairing, or rerun "
+            "them.")
     if t.n_margins:
         report["mean_margin"] = round(t.margin_sum / t.n_margins, 4)
     if leaks.n_leaked:
