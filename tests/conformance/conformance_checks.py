@@ -54,6 +54,7 @@ SKIPPED_PAIRS = re.compile(r"^(\d+) of (\d+) entries are not objects and were sk
 LENGTH_CUT_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a chosen side cut by the reply token cap")  # ours
 TRL_OTHER_CONTEXT = re.compile(r"^(\d+) of (\d+) pairs start the rejected side from other messages")  # ours
 CRASHED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side that is a crashed rollout")  # ours
+SAME_REPLY_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have the same reply as chosen and rejected")  # ours
 
 
 def leak_subset(rep: dict) -> dict:
@@ -376,6 +377,23 @@ def _first_assistant(msgs):
     return next((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), -1)
 
 
+def _reply(side: list) -> list | None:
+    """A side's reply as DPO scores it, tool-call ids left out; None when it has no assistant turn."""
+    start = _first_assistant(side)
+    if start < 0:
+        return None
+    return [(m.get("role"), m.get("content"), m.get("name"),
+             [json.dumps(c.get("function"), ensure_ascii=False) for c in m.get("tool_calls") or []])
+            for m in side[start:]]
+
+
+def _same_reply(row: dict) -> bool:
+    """An exported pair whose chosen and rejected replies are the same. A TRL row's sides are its replies
+    already (each starts with its first assistant turn); an openai row's sides are whole conversations."""
+    chosen = _reply(row["chosen"])
+    return chosen is not None and chosen == _reply(row["rejected"])
+
+
 def d8_pair_reason_text_of_scrubbed_reason(pairs):
     """DECISIONS 8 (pair fields): ``chosen_reason`` / ``rejected_reason`` are text(reason); when the row's
     ``reason`` is a structured value, ours scrubs the blocked keys out of it before taking its text,
@@ -449,6 +467,9 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     rt = H.roundtrip_report(sides, fmt, strict=True)  # DECISIONS 3
     if fmt == "openai":
         H.d2_compact_arguments(pred, sides=("chosen", "rejected"))  # DECISIONS 2
+    # ours: pairs whose chosen and rejected replies (what DPO scores) are the same, counted on the rows as
+    # written before DECISIONS 1 (ours compares the arguments it writes before it nulls NaN)
+    same_reply = sum(1 for row in pred if _same_reply(row))
     pred = H.d1_nonfinite_to_null(pred)  # DECISIONS 1
 
     rep = dict(r.report)
@@ -504,7 +525,7 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
                                                        "user_turns": TRL_USER_TURNS, "no_reply": NO_REPLY_PAIRS,
                                                        "skipped": SKIPPED_PAIRS, "length_cut": LENGTH_CUT_PAIRS,
                                                        "other_context": TRL_OTHER_CONTEXT,
-                                                       "crashed": CRASHED_PAIRS})
+                                                       "crashed": CRASHED_PAIRS, "same_reply": SAME_REPLY_PAIRS})
     exp_extra = {"user_turns"} if user_turns else set()
     # ours: pairs whose chosen row was cut by the reply token cap (export_dataset warns of such rows, spec 5.6)
     length_cut = sum(1 for p in kept if p["chosen"].get("finish_reason") == "length")
@@ -526,6 +547,9 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     if crashed:
         exp_extra.add("crashed")
         event("a pair has a crashed side")
+    if same_reply:
+        exp_extra.add("same_reply")
+        event("a pair gives the same reply on both sides")
     # ours: an openai pair with a side that has no assistant turn (TRL drops such a pair)
     no_reply = sum(1 for row in pred if fmt == "openai" and not all(
         any(isinstance(m, dict) and m.get("role") == "assistant" for m in row[side])
@@ -560,6 +584,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
         assert extra["other_context"].groups() == (str(other_context), str(len(pred)))
     if "crashed" in extra:
         assert extra["crashed"].groups() == (str(crashed), str(len(pred)))
+    if "same_reply" in extra:
+        assert extra["same_reply"].groups() == (str(same_reply), str(len(pred)))
     if "skipped" in extra:
         assert extra["skipped"].groups() == (str(skipped), str(len(pairs))), extra["skipped"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"

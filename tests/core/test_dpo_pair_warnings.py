@@ -9,7 +9,9 @@ export therefore says out loud (ours, beside DECISIONS 12's warnings):
   never saw;
 * a side that is a crashed rollout (``final_text`` starting ``<agent error``, spec 1.1): DPO pushes that
   side's text up or down, though the model never produced it (the error text, or a run the crash cut
-  short).
+  short);
+* a pair whose chosen and rejected replies are the same (what DPO scores: the assistant text and tool
+  calls after the prompt, as written): the grader scored one reply both ways, and DPO gets no signal.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ LENGTH_CUT = "cut by the reply token cap"
 OTHER_CONTEXT = "rejected side from other messages than the chosen side"
 CRASHED = "a side that is a crashed rollout"
 AGENT_ERROR = "<agent error: RuntimeError: tool crashed>"
+SAME_REPLY = "the same reply as chosen and rejected"
 
 
 def _side(prompt, text, *, user=None, **extra):
@@ -118,3 +121,42 @@ def test_a_reply_that_only_mentions_an_agent_error_is_no_crashed_rollout(tmp_pat
     pair = _pair(_side("Refund A", "Refunded A."), _side("Refund A", "The log said <agent error> earlier."))
     report = wai.export_preference([pair], tmp_path / "pairs.jsonl")
     assert not _warnings(report, CRASHED)
+
+
+def _calling(call_id, reply):
+    return {"prompt": "Refund A", "messages": [
+        {"role": "user", "content": "Refund A"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": "refund", "arguments": '{"order": "A"}'}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": "ok"},
+        {"role": "assistant", "content": reply}]}
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+def test_a_pair_whose_sides_give_the_same_reply_is_exported_with_a_warning(tmp_path, fmt):
+    same = _pair(_side("Refund A", "Refunded A."), _side("Refund A", "Refunded A."))
+    # the same call and words; only the ids the rows brought differ (no chat template reads them as the reply)
+    same_calls = _pair(_calling("call_1", "Done."), _calling("call_9", "Done."))
+    # the same once think blocks are stripped (strip_think=True, the default): what is written is the same
+    same_thought = _pair(_side("Refund C", "<think>refund it</think>Refunded C."),
+                         _side("Refund C", "<think>hm, no</think>Refunded C."))
+    fine = _pair(_side("Refund D", "Refunded D."), _side("Refund D", "No."))
+    other_call = _pair(_calling("call_1", "Done."), _calling("call_1", "Done!"))
+    out = tmp_path / f"pairs.{fmt}.jsonl"
+    report = wai.export_preference([same, same_calls, same_thought, fine, other_call], out, system_prompt="SYS",
+                                   format=fmt)
+    assert len(_lines(out)) == 5  # exported, as the spec writes them
+    (said,) = _warnings(report, SAME_REPLY)
+    assert said.startswith("3 of 5 pairs have the same reply as chosen and rejected")
+
+
+def test_replies_that_differ_in_what_is_written_are_not_the_same(tmp_path):
+    thought = _pair(_side("Refund C", "<think>refund it</think>Refunded C."),
+                    _side("Refund C", "<think>hm, no</think>Refunded C."))
+    def later(reply):  # the same first turn; the replies part after the user's second message
+        return {"prompt": "Refund A", "steps": [{"text": "Checking."}, {"user": "and?"}, {"text": reply}]}
+
+    later = _pair(later("Done."), later("No."))
+    report = wai.export_preference([thought, later], tmp_path / "pairs.jsonl", strip_think=False)
+    assert report["pairs"] == 2
+    assert not _warnings(report, SAME_REPLY)

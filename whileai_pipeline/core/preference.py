@@ -2,6 +2,7 @@
 
 import enum
 import time
+from itertools import islice
 
 from .arguments import refuse_pairs_with_report
 from .conversation import conversation
@@ -107,6 +108,10 @@ def _pair_outcomes(item, plans):
     rejected_quotes = bool(leak_verdict(item["rejected"], rebuilt=rebuilt.get("rejected"), strip_think=strip))
     length_cut = item["chosen"].get("finish_reason") == "length"  # the reply the trainer pushes up stops mid-way
     crashed = _crashed(item["chosen"]) or _crashed(item["rejected"])  # a side the model never produced
+    # where each side's reply starts (-1: none); the TRL reshape parts the same messages there
+    chosen_at, rejected_at = first_assistant_index(entry["chosen"]), first_assistant_index(entry["rejected"])
+    replied = chosen_at >= 0 and rejected_at >= 0
+    same_reply = replied and _same_reply(entry["chosen"], chosen_at, entry["rejected"], rejected_at)
     outcomes = []
     for plan in plans:
         row, placed = entry, None
@@ -128,10 +133,11 @@ def _pair_outcomes(item, plans):
             margin if _counted_margin(margin) else None,
             plan.trl and (_speaks_for_user(row["chosen"]) or _speaks_for_user(row["rejected"])),
             # a side with nothing to train on (TRL drops such a pair: no completion)
-            not plan.trl and not (_has_reply(row["chosen"]) and _has_reply(row["rejected"])),
+            not plan.trl and not replied,
             length_cut,
-            plan.trl and _other_context(entry),
+            plan.trl and _other_context(entry, chosen_at, rejected_at),
             crashed,
+            same_reply,
         )
         write = dumps_reusing if placed is None else placed.dumps
         outcomes.append((preference_problems(row), facts, write(row, "tools", plan.tools_json)))
@@ -159,6 +165,7 @@ class _PairTally:
         self.length_cut = 0  # pairs written whose chosen row has finish_reason "length"
         self.other_context = 0  # TRL pairs whose rejected side began from other messages than the chosen side
         self.crashed = 0  # pairs written with a side whose final_text is an agent error
+        self.same_reply = 0  # pairs written whose chosen and rejected replies are the same
 
     def consume(self, outcome, position):
         tick(self.progress, self.n_entries + self.skipped + 1)
@@ -188,7 +195,7 @@ class _PairTally:
             self.n_out += 1
             return
         (chosen_calls, rejected_calls, leak, rejected_quotes, has_calls, delta, identical, margin, user_turns,
-         no_reply, length_cut, other_context, crashed) = facts
+         no_reply, length_cut, other_context, crashed, same_reply) = facts
         self.roundtrip.record(2 * self.n_out, *chosen_calls)
         self.roundtrip.record(2 * self.n_out + 1, *rejected_calls)
         self.leaks.record(leak)
@@ -203,16 +210,13 @@ class _PairTally:
         self.length_cut += length_cut
         self.other_context += other_context
         self.crashed += crashed
+        self.same_reply += same_reply
         if margin is not None:
             self.n_margins += 1
             self.margin_sum += margin
         if body is not None:  # None: a worker process already wrote the line
             self.spool.write(body)
         self.n_out += 1
-
-
-def _has_reply(messages) -> bool:
-    return any(m.get("role") == "assistant" for m in messages)
 
 
 def _counted_margin(margin) -> bool:
@@ -232,15 +236,32 @@ def _crashed(row) -> bool:
     return text(row.get("final_text") or "").startswith("<agent error")
 
 
-def _other_context(entry) -> bool:
+def _other_context(entry, chosen_at, rejected_at) -> bool:
     """A pair whose sides differ before their first assistant turn (another system message, ask or user
     turn): the TRL prompt is the chosen side's (spec 4.1), so the rejected side's own is lost. The wire
-    messages before a first assistant turn carry no tool calls, so they compare as TRL writes them."""
-    def before_reply(side):  # the whole side when it has no assistant turn (first_assistant_index says -1)
-        i = first_assistant_index(side)
+    messages before a first assistant turn carry no tool calls, so they compare as TRL writes them.
+    ``chosen_at``/``rejected_at``: each side's first assistant index (-1: none, the whole side compares)."""
+    def before_reply(side, i):
         return side if i < 0 else side[:i]
 
-    return before_reply(entry["chosen"]) != before_reply(entry["rejected"])
+    return before_reply(entry["chosen"], chosen_at) != before_reply(entry["rejected"], rejected_at)
+
+
+def _same_reply(chosen, chosen_at, rejected, rejected_at) -> bool:
+    """The wire sides' replies (from each first assistant turn on: what DPO scores) are the same, tool-call
+    ids aside: they are generated per conversation or brought by the row, and no reply is told by them."""
+    if len(chosen) - chosen_at != len(rejected) - rejected_at:
+        return False
+    return all(a == b or _same_message(a, b)
+               for a, b in zip(islice(chosen, chosen_at, None), islice(rejected, rejected_at, None)))
+
+
+def _same_message(a, b) -> bool:
+    """Two wire messages with the same role, content, tool name and calls, whatever their ids."""
+    if a.get("role") != b.get("role") or a.get("content") != b.get("content") or a.get("name") != b.get("name"):
+        return False
+    calls_a, calls_b = a.get("tool_calls") or (), b.get("tool_calls") or ()
+    return len(calls_a) == len(calls_b) and all(x["function"] == y["function"] for x, y in zip(calls_a, calls_b))
 
 
 def _speaks_for_user(side) -> bool:
@@ -429,6 +450,12 @@ def _checked_report(tally, src, format, name="export_preference"):
             "DPO pushes that side up or down, though the model never produced it (the error text, or a run the "
             "crash cut short). Leave rows whose final_text starts with '<agent error' out of the pairing, or rerun "
             "them.")
+    if t.same_reply:
+        report.setdefault("warnings", []).append(
+            f"{t.same_reply} of {n_out} pairs have the same reply as chosen and rejected (the same assistant text "
+            "and tool calls after the prompt, as written): DPO gets no signal from them, and a grader that scored "
+            "one reply both ways contradicts itself. Leave those pairs out of the export, and look at the grader's "
+            "reasons for them.")
     if t.n_margins:
         report["mean_margin"] = round(t.margin_sum / t.n_margins, 4)
     if leaks.n_leaked:
