@@ -55,6 +55,7 @@ LENGTH_CUT_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a chosen side cut by 
 TRL_OTHER_CONTEXT = re.compile(r"^(\d+) of (\d+) pairs start the rejected side from other messages")  # ours
 CRASHED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side that is a crashed rollout")  # ours
 SAME_REPLY_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have the same reply as chosen and rejected")  # ours
+EMPTY_CHOSEN_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have an empty chosen reply")  # ours
 
 
 def leak_subset(rep: dict) -> dict:
@@ -525,7 +526,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
                                                        "user_turns": TRL_USER_TURNS, "no_reply": NO_REPLY_PAIRS,
                                                        "skipped": SKIPPED_PAIRS, "length_cut": LENGTH_CUT_PAIRS,
                                                        "other_context": TRL_OTHER_CONTEXT,
-                                                       "crashed": CRASHED_PAIRS, "same_reply": SAME_REPLY_PAIRS})
+                                                       "crashed": CRASHED_PAIRS, "same_reply": SAME_REPLY_PAIRS,
+                                                       "empty_chosen": EMPTY_CHOSEN_PAIRS})
     exp_extra = {"user_turns"} if user_turns else set()
     # ours: pairs whose chosen row was cut by the reply token cap (export_dataset warns of such rows, spec 5.6)
     length_cut = sum(1 for p in kept if p["chosen"].get("finish_reason") == "length")
@@ -550,6 +552,13 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     if same_reply:
         exp_extra.add("same_reply")
         event("a pair gives the same reply on both sides")
+    # ours: pairs whose chosen reply has no words (after strip_think, as written) and makes no tool call
+    empty_chosen = sum(1 for row in pred if _first_assistant(row["chosen"]) >= 0 and not any(
+        m.get("role") == "assistant" and (m.get("tool_calls") or str(m.get("content") or "").strip())
+        for m in row["chosen"][_first_assistant(row["chosen"]):]))
+    if empty_chosen:
+        exp_extra.add("empty_chosen")
+        event("a pair has an empty chosen reply")
     # ours: an openai pair with a side that has no assistant turn (TRL drops such a pair)
     no_reply = sum(1 for row in pred if fmt == "openai" and not all(
         any(isinstance(m, dict) and m.get("role") == "assistant" for m in row[side])
@@ -586,6 +595,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
         assert extra["crashed"].groups() == (str(crashed), str(len(pred)))
     if "same_reply" in extra:
         assert extra["same_reply"].groups() == (str(same_reply), str(len(pred)))
+    if "empty_chosen" in extra:
+        assert extra["empty_chosen"].groups() == (str(empty_chosen), str(len(pred)))
     if "skipped" in extra:
         assert extra["skipped"].groups() == (str(skipped), str(len(pairs))), extra["skipped"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"

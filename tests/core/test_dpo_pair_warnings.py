@@ -11,7 +11,9 @@ export therefore says out loud (ours, beside DECISIONS 12's warnings):
   side's text up or down, though the model never produced it (the error text, or a run the crash cut
   short);
 * a pair whose chosen and rejected replies are the same (what DPO scores: the assistant text and tool
-  calls after the prompt, as written): the grader scored one reply both ways, and DPO gets no signal.
+  calls after the prompt, as written): the grader scored one reply both ways, and DPO gets no signal;
+* a pair whose chosen reply is empty (no assistant text after strip_think, e.g. a reply that was only a
+  ``<think>`` block, and no tool call): DPO pushes the model towards saying nothing.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ OTHER_CONTEXT = "rejected side from other messages than the chosen side"
 CRASHED = "a side that is a crashed rollout"
 AGENT_ERROR = "<agent error: RuntimeError: tool crashed>"
 SAME_REPLY = "the same reply as chosen and rejected"
+EMPTY_CHOSEN = "an empty chosen reply"
 
 
 def _side(prompt, text, *, user=None, **extra):
@@ -160,3 +163,24 @@ def test_replies_that_differ_in_what_is_written_are_not_the_same(tmp_path):
     report = wai.export_preference([thought, later], tmp_path / "pairs.jsonl", strip_think=False)
     assert report["pairs"] == 2
     assert not _warnings(report, SAME_REPLY)
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+def test_a_pair_whose_chosen_reply_is_empty_is_exported_with_a_warning(tmp_path, fmt):
+    thought_only = _pair(_side("Refund A", "<think>I should refund order A.</think>"), _side("Refund A", "No."))
+    blank = _pair(_side("Refund B", "   "), _side("Refund B", "No."))
+    calls = _pair(_calling("call_1", ""), _side("Refund A", "No."))  # no words, but a call: a reply
+    fine = _pair(_side("Refund C", "Refunded C."), _side("Refund C", "<think>no</think>"))  # the rejected is empty
+    out = tmp_path / f"pairs.{fmt}.jsonl"
+    report = wai.export_preference([thought_only, blank, calls, fine], out, system_prompt="SYS", format=fmt)
+    first, second, _, _ = _lines(out)  # exported, as the spec writes them
+    for line in (first, second):
+        assert line["chosen"][-1] == {"role": "assistant", "content": ""}
+    (said,) = _warnings(report, EMPTY_CHOSEN)
+    assert said.startswith("2 of 4 pairs have an empty chosen reply")
+
+
+def test_a_chosen_think_block_kept_by_strip_think_false_is_no_empty_reply(tmp_path):
+    pair = _pair(_side("Refund A", "<think>I should refund order A.</think>"), _side("Refund A", "No."))
+    report = wai.export_preference([pair], tmp_path / "pairs.jsonl", strip_think=False)
+    assert not _warnings(report, EMPTY_CHOSEN)

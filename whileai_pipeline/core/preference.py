@@ -112,6 +112,7 @@ def _pair_outcomes(item, plans):
     chosen_at, rejected_at = first_assistant_index(entry["chosen"]), first_assistant_index(entry["rejected"])
     replied = chosen_at >= 0 and rejected_at >= 0
     same_reply = replied and _same_reply(entry["chosen"], chosen_at, entry["rejected"], rejected_at)
+    empty_chosen = chosen_at >= 0 and _says_nothing(entry["chosen"], chosen_at)  # DPO prefers silence
     outcomes = []
     for plan in plans:
         row, placed = entry, None
@@ -138,6 +139,7 @@ def _pair_outcomes(item, plans):
             plan.trl and _other_context(entry, chosen_at, rejected_at),
             crashed,
             same_reply,
+            empty_chosen,
         )
         write = dumps_reusing if placed is None else placed.dumps
         outcomes.append((preference_problems(row), facts, write(row, "tools", plan.tools_json)))
@@ -166,6 +168,7 @@ class _PairTally:
         self.other_context = 0  # TRL pairs whose rejected side began from other messages than the chosen side
         self.crashed = 0  # pairs written with a side whose final_text is an agent error
         self.same_reply = 0  # pairs written whose chosen and rejected replies are the same
+        self.empty_chosen = 0  # pairs written whose chosen reply has no words and no tool call
 
     def consume(self, outcome, position):
         tick(self.progress, self.n_entries + self.skipped + 1)
@@ -195,7 +198,7 @@ class _PairTally:
             self.n_out += 1
             return
         (chosen_calls, rejected_calls, leak, rejected_quotes, has_calls, delta, identical, margin, user_turns,
-         no_reply, length_cut, other_context, crashed, same_reply) = facts
+         no_reply, length_cut, other_context, crashed, same_reply, empty_chosen) = facts
         self.roundtrip.record(2 * self.n_out, *chosen_calls)
         self.roundtrip.record(2 * self.n_out + 1, *rejected_calls)
         self.leaks.record(leak)
@@ -211,6 +214,7 @@ class _PairTally:
         self.other_context += other_context
         self.crashed += crashed
         self.same_reply += same_reply
+        self.empty_chosen += empty_chosen
         if margin is not None:
             self.n_margins += 1
             self.margin_sum += margin
@@ -254,6 +258,13 @@ def _same_reply(chosen, chosen_at, rejected, rejected_at) -> bool:
         return False
     return all(a == b or _same_message(a, b)
                for a, b in zip(islice(chosen, chosen_at, None), islice(rejected, rejected_at, None)))
+
+
+def _says_nothing(side, start) -> bool:
+    """The wire side's assistant turns from ``start`` on are blank (after strip_think, as written) and make no
+    tool call: a reply that was only a think block, or whitespace."""
+    return not any(m.get("tool_calls") or m["content"].strip()
+                   for m in islice(side, start, None) if m["role"] == "assistant")
 
 
 def _same_message(a, b) -> bool:
@@ -456,6 +467,11 @@ def _checked_report(tally, src, format, name="export_preference"):
             "and tool calls after the prompt, as written): DPO gets no signal from them, and a grader that scored "
             "one reply both ways contradicts itself. Leave those pairs out of the export, and look at the grader's "
             "reasons for them.")
+    if t.empty_chosen:
+        report.setdefault("warnings", []).append(
+            f"{t.empty_chosen} of {n_out} pairs have an empty chosen reply (no assistant text after strip_think, "
+            "e.g. a reply that was only a <think> block, and no tool call): DPO pushes the model towards saying "
+            "nothing. Leave those pairs out of the export, and look at why the grader preferred them.")
     if t.n_margins:
         report["mean_margin"] = round(t.margin_sum / t.n_margins, 4)
     if leaks.n_leaked:
