@@ -263,8 +263,8 @@ def _same_reply(chosen, chosen_at, rejected, rejected_at) -> bool:
 def _says_nothing(side, start) -> bool:
     """The wire side's assistant turns from ``start`` on are blank (after strip_think, as written) and make no
     tool call: a reply that was only a think block, or whitespace."""
-    return not any(m.get("tool_calls") or m["content"].strip()
-                   for m in islice(side, start, None) if m["role"] == "assistant")
+    return not any(m.get("tool_calls") or (m.get("content") or "").strip()
+                   for m in islice(side, start, None) if m.get("role") == "assistant")
 
 
 def _same_message(a, b) -> bool:
