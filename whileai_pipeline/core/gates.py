@@ -270,18 +270,20 @@ def _folded(lowered):
     if lowered.isascii():
         return lowered
     try:
-        raw = lowered.encode("latin-1")
+        lowered.encode("latin-1")
     except UnicodeEncodeError:
         if unicodedata.is_normalized("NFKC", lowered):
             return lowered.casefold()
-    else:
-        if len(raw.translate(None, _LATIN1_FOLDED)) == len(raw):
+    else:  # a search for each of 16 characters: 0.5 µs a bench row's replies, a table translation 2 µs
+        if not any(c in lowered for c in _LATIN1_FOLDED):
             return lowered
     return unicodedata.normalize("NFKC", lowered).casefold()
 
 
-# the Latin-1 characters NFKC and case folding change: "\u00a0", "\u00b5", "\u00df", "\u00bd"...
-_LATIN1_FOLDED = bytes(c for c in range(0x80, 0x100) if unicodedata.normalize("NFKC", chr(c)).casefold() != chr(c))
+# the lowercase Latin-1 characters NFKC and case folding change ("\u00a0", "\u00b5", "\u00df", "\u00bd"...):
+# ``lowered`` holds no uppercase one (``text.lower``)
+_LATIN1_FOLDED = "".join(c for c in map(chr, range(0x80, 0x100))
+                         if c.lower() == c and unicodedata.normalize("NFKC", c).casefold() != c)
 
 
 def _says(folded, said):
