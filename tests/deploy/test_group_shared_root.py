@@ -38,7 +38,9 @@ def test_the_run_lock_file_gets_the_mode_the_umask_gives(tmp_path):
     assert oct(mode) == oct(0o664)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv to act as two users")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv to act as two users"
+)
 def test_two_users_of_one_group_take_turns_on_a_run_lock(tmp_path):
     root = tmp_path / "shared"
     root.mkdir()
