@@ -492,6 +492,21 @@ def test_a_worker_count_that_is_not_a_number_says_where_it_came_from(tmp_path, m
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "run.jsonl"]
 
 
+def test_a_worker_count_below_one_is_refused_not_read_as_one(tmp_path, monkeypatch):
+    # 0 reads as "choose for me" in many tools and -1 as "every core": taking either as one process would
+    # run a big export on one core without a word
+    src = _run(tmp_path / "run.jsonl", n=20)
+    for bad in (0, -1, "0"):
+        with pytest.raises(wai.ExportError, match=rf"^workers must be at least 1 \(1 for one process\), "
+                                                  rf"got {re.escape(repr(bad))}$"):
+            wai.export_dataset(src, tmp_path / "out.jsonl", workers=bad)
+    monkeypatch.setenv(parallel.ENV_WORKERS, "0")
+    with pytest.raises(wai.ExportError, match=r"^\$WHILEAI_PIPELINE_WORKERS must be at least 1 \(1 for one "
+                                              r"process; unset it to choose by file size and cores\), got '0'$"):
+        wai.export_dataset(src, tmp_path / "out.jsonl")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.jsonl"]
+
+
 def _env(path, name):
     """A worker task (``ordered`` calls ``task(path, *job)``): an environment variable of the worker."""
     return os.environ.get(name)

@@ -70,7 +70,7 @@ def workers_for(path, requested=None) -> int:
     if requested is None:
         requested = env_workers()
     if requested is not None:
-        n = max(1, _count(requested, "workers", ""))
+        n = _count(requested, "workers", "")
         return n if n == 1 or can_start_workers() else 1
     try:
         size = os.path.getsize(path)
@@ -233,11 +233,14 @@ def env_workers():
 
 
 def _count(value, name, hint):
-    """``value`` as a number of processes; 2.5 or True is an error, not 2 or 1."""
+    """``value`` as a number of processes; 2.5 or True is an error, not 2 or 1, and so is 0 or -1, which
+    other tools read as "choose for me" or "every core": not one process without a word."""
     n = whole_number(value, strings=True)
     if n is None:
         raise ExportError(f"{name} must be a whole number of worker processes (1 for one process{hint}), "
                           f"got {value!r}")
+    if n < 1:
+        raise ExportError(f"{name} must be at least 1 (1 for one process{hint}), got {value!r}")
     return n
 
 
