@@ -413,10 +413,13 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     # One command at a time per run name, from registering to the last step: another command's register
     # would replace the inbox file while this run's steps read it.
     with _one_command(storage, key, out), _instance(storage) as instance:
+        earlier = storage.registered_from(key)
         key = _register_run(storage, instance, path, name)
         if key is None:
             return EXIT_FAILED
         print(f"run {key!r}: {path} -> {storage.run_path(key)}", file=out)
+        if note := _replaced_line(earlier, path, key):
+            print(note, file=out)
         try:
             with capture as held:
                 result = job.execute_in_process(
@@ -518,7 +521,7 @@ def _register_run(storage, instance, path, name):
     from whileai_pipeline.core.errors import WriteFailedError
 
     try:
-        return _register(storage, instance, path, name)
+        key = _register(storage, instance, path, name)
     except WriteFailedError as exc:
         reason = getattr(exc.reason, "strerror", None) or exc.reason
         print(f"whileai-pipeline: error: cannot copy the run into {exc.dest} ({reason}); nothing ran and the "
@@ -527,6 +530,16 @@ def _register_run(storage, instance, path, name):
         return None
     except ValueError as exc:  # e.g. source_changed: the file is still being written
         raise UsageError(str(exc)) from None
+    return key
+
+
+def _replaced_line(earlier, path, key):
+    """A note when run ``key`` came from another file before (``exp1/run.jsonl``, now ``exp2/run.jsonl``):
+    runs are named by their file, so this one replaces that one's stages and published exports."""
+    if earlier is None or earlier == str(Path(path).resolve()):
+        return None
+    return (f"  note: run {key!r} was registered from {earlier} before; this file replaces it, and this run's "
+            "exports replace that one's. Pass --name to keep both.")
 
 
 INTERRUPTIONS = ("DagsterExecutionInterruptedError", "KeyboardInterrupt")
@@ -622,10 +635,13 @@ def register_only(path, *, name=None, home=None, out=None) -> int:
     _quiet_dagster()
     storage = _storage(home)
     with _one_command(storage, key, out), _instance(storage) as instance:
+        earlier = storage.registered_from(key)
         key = _register_run(storage, instance, path, name)
     if key is None:
         return EXIT_FAILED
     print(f"registered {key!r}: {storage.run_path(key)}", file=out)
+    if note := _replaced_line(earlier, path, key):
+        print(note, file=out)
     return EXIT_OK
 
 

@@ -272,6 +272,36 @@ def test_names_with_dots_register_distinct_runs(home, tmp_path, monkeypatch, cap
         "nightly.2026-01-01.jsonl", "nightly.2026-01-02.jsonl", "v1.5.jsonl"]
 
 
+def test_a_run_of_the_same_name_from_another_folder_says_which_run_it_replaces(home, tmp_path, monkeypatch, capsys):
+    """Runs are named by their file: ``exp1/run.jsonl`` and ``exp2/run.jsonl`` are one partition, and the
+    second replaced the first's published exports without a word."""
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.setenv("WHILEAI_PIPELINE_HOME", str(home))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    first, second = tmp_path / "exp1" / "night.jsonl", tmp_path / "exp2" / "night.jsonl"
+    for path, rows in ((first, b'{"prompt": "one"}\n'), (second, b'{"prompt": "two"}\n')):
+        path.parent.mkdir()
+        path.write_bytes(rows)
+
+    def register(path, *name):
+        assert cli_module.main(["register", str(path), *name]) == 0, capsys.readouterr().err
+        return capsys.readouterr().out
+
+    assert "note" not in register(first)
+    first.write_bytes(b'{"prompt": "one, again"}\n')
+    assert "note" not in register(first)  # a new version of the same run: what a re-export is for
+    said = register(second)
+    assert said.splitlines()[1:] == [
+        f"  note: run 'night' was registered from {first.resolve()} before; this file replaces it, and this "
+        "run's exports replace that one's. Pass --name to keep both."]
+    assert "note" not in register(second)
+    assert "note" not in register(first, "--name", "night_exp1")  # another run: it replaces nothing
+    (home / "inbox" / "night.jsonl").write_bytes(b'{"prompt": "dropped in"}\n')  # not through register:
+    assert "note" not in register(first)  # where that one came from is not known
+    assert (home / "inbox" / "night.jsonl").read_bytes() == first.read_bytes()
+
+
 def test_a_storage_root_that_cannot_be_a_folder_is_bad_usage(home, tmp_path, monkeypatch, capsys):
     from whileai_pipeline import cli as cli_module
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Optional
 
 import dagster as dg
+import orjson
 from pydantic import Field
 
 from whileai_pipeline.core.atomic import TMP_SUFFIX, atomic_file
@@ -356,4 +357,32 @@ class PipelineStorage(dg.ConfigurableResource):
                     staged_meta.unlink()
         if meta_src is None and os.path.lexists(meta_dest):  # a broken link too: the raw stage would refuse it
             meta_dest.unlink()
+        if source.resolve() != dest.resolve():
+            self._note_origin(key, source)
         return key
+
+    def origin_path(self, key: str) -> Path:
+        return self.base / "origins" / f"{checked_key(key)}.json"
+
+    def _note_origin(self, key, source):
+        """Remember which file ``register`` copied into ``inbox/<key>.jsonl`` (and that copy's size and
+        mtime), so that registering another file of the same name can say which run it replaces. Only a
+        note: a failure to write it fails nothing."""
+        try:
+            size, mtime_ns = file_stamp(self.run_path(key))
+            with atomic_file(self.origin_path(key)) as out:
+                out.write(orjson.dumps({"path": str(source.resolve()), "size": size, "mtime_ns": mtime_ns}))
+        except (OSError, WriteFailedError):
+            pass
+
+    def registered_from(self, key: str) -> Optional[str]:
+        """The file ``register`` last copied into the inbox as run ``key``, while the inbox still holds that
+        copy (a file written into the inbox another way came from somewhere unknown); else None."""
+        try:
+            record = orjson.loads(self.origin_path(key).read_bytes())
+            stamp = file_stamp(self.run_path(key))
+        except (OSError, ValueError):  # orjson.JSONDecodeError is a ValueError
+            return None
+        if not isinstance(record, dict) or (record.get("size"), record.get("mtime_ns")) != stamp:
+            return None
+        return record.get("path") if isinstance(record.get("path"), str) else None
