@@ -259,6 +259,17 @@ def test_sensor_file_with_unsanitized_name_runs_end_to_end(chain):
     assert raw["source_path"].value == str(chain.storage.inbox / "Nightly Run.jsonl")
     assert raw["system_prompt_chars"].value > 0
     assert chain.storage.published_path("Nightly_Run", "sft", "openai").is_file()
+    assert "registered_from" not in raw  # dropped into the inbox: where it came from is not known
+
+
+def test_the_raw_stage_names_the_file_a_run_was_registered_from(chain):
+    """The inbox copy is all the chain reads; the UI shows which experiment's file it was a copy of."""
+    key = chain.register()
+    run = chain.materialize(key, selection=["raw_simulation_data"])
+    assert run.success
+    raw = materialization(run, "raw_simulation_data")
+    assert raw["registered_from"].value == str((chain.tmp_path / "incoming" / f"{key}.jsonl").resolve())
+    assert raw["source_path"].value == str(chain.storage.run_path(key))
 
 
 def test_sensor_waits_for_a_file_still_being_written(storage, instance, monkeypatch):

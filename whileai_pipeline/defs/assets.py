@@ -297,6 +297,9 @@ def raw_simulation_data(
         "tools_declared": len(sidecar[1] or []) if sidecar else 0,
         "preview": dg.MetadataValue.md(stats.preview_markdown()),
     }
+    registered_from = storage.registered_from(key)  # the file `run`/`register` copied into the inbox
+    if registered_from:
+        metadata["registered_from"] = dg.MetadataValue.path(registered_from)
     if quarantined:
         metadata["quarantine_path"] = dg.MetadataValue.path(str(quarantine))
         context.log.warning(f"{quarantined} unreadable line(s) of {src} quarantined to {quarantine}")
