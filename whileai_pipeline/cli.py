@@ -44,6 +44,7 @@ def _run_file(path) -> Path:
     sidecar or progress file)."""
     from whileai_pipeline.core.jsonl import require_file
     from whileai_pipeline.core.runs import PROGRESS_SUFFIX
+    from whileai_pipeline.defs.publishing import report_file
 
     path = Path(path).expanduser()  # a quoted "~/runs/x.jsonl": the shell left the ~ as it is
     for suffix, what in ((".meta.json", "the sidecar of a run (its system prompt and tools), read with the run"),
@@ -51,11 +52,33 @@ def _run_file(path) -> Path:
         if path.name.endswith(suffix) and len(path.name) > len(suffix):
             run = path.with_name(path.name[:-len(suffix)] + ".jsonl")
             raise UsageError(f"{path} is {what}, not a run: pass the run's .jsonl file ({run})")
+    if path.name.endswith(".report.json") and _is_export_report(path):
+        raise UsageError(f"{path} is the report of an export, not a run: pass the run file it was made from")
     try:
         require_file(path, "run file", "pass the path of a .jsonl run")
     except OSError as exc:
         raise UsageError(str(exc)) from None
+    report = report_file(path)
+    if path.name.endswith(".jsonl") and _is_export_report(report):
+        # exported again, its rows would be read as conversations (SFT: each message's weight dropped) or
+        # as nothing (DPO), and the run would pass with a leak check that read nothing
+        raise UsageError(f"{path} is a training file this pipeline exported ({report.name} beside it is its "
+                         "report), not a simulation run: pass the run file it was made from")
     return path
+
+
+def _is_export_report(path) -> bool:
+    """Whether ``path`` is the report a published export carries beside it (its format, what it read and
+    the digest of what it wrote), not some other JSON file of that name."""
+    import orjson
+
+    try:
+        with open(path, "rb") as fh:
+            report = orjson.loads(fh.read(1 << 20))
+    except (OSError, ValueError):
+        return False
+    return isinstance(report, dict) and report.get("format") in ("openai", "trl") and {
+        "source_sha256", "sha256", "n_written"} <= report.keys()
 
 
 def _storage(home):

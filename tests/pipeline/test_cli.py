@@ -769,6 +769,36 @@ def test_a_sidecar_or_progress_file_given_as_the_run_is_bad_usage(home, tmp_path
     assert not (home / "inbox").exists() or os.listdir(home / "inbox") == []
 
 
+def test_an_export_given_as_the_run_is_bad_usage(home, tmp_path, monkeypatch, capsys):
+    """A published training file given back as a run was exported again, as conversations with their
+    ``weight`` dropped (SFT) or as 0 rows (DPO), exit 0, with only a leak check's "nothing to read"."""
+    from whileai_pipeline.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(SAMPLE), "--home", str(home)]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    published = home / "published" / "support_orders"
+    before = tree_bytes(home / "inbox")
+    for kind in ("sft.openai", "dpo.trl"):
+        given = published / f"{kind}.jsonl"
+        for command in ("run", "register"):
+            assert main([command, str(given), "--home", str(home)]) == 2
+            assert capsys.readouterr().err == (
+                f"whileai-pipeline: error: {given} is a training file this pipeline exported ({kind}.report.json "
+                "beside it is its report), not a simulation run: pass the run file it was made from\n")
+        report = published / f"{kind}.report.json"
+        assert main(["run", str(report), "--home", str(home)]) == 2
+        assert capsys.readouterr().err == (
+            f"whileai-pipeline: error: {report} is the report of an export, not a run: pass the run file it was "
+            "made from\n")
+    assert tree_bytes(home / "inbox") == before
+    # a run that happens to have a JSON file of that name beside it that is no export's report still runs
+    run = tmp_path / "mine.jsonl"
+    run.write_bytes(SAMPLE.read_bytes())
+    (tmp_path / "mine.report.json").write_text('{"notes": "graded by hand"}')
+    assert main(["register", str(run), "--home", str(home)]) == 0, capsys.readouterr().err
+
+
 def test_a_config_file_given_with_a_tilde_after_equals_is_found(home, tmp_path, monkeypatch):
     """``--config=~/opts.yaml``: the shell expands no ``~`` after ``=``, and the file was "no such config file"."""
     from whileai_pipeline.cli import run_chain
