@@ -8,6 +8,7 @@ import json
 import pytest
 
 import whileai_pipeline.simulations as wai
+from whileai_pipeline.core.pairs import build_pairs_file
 
 REFERENCE = "the customer already got a refund last week"
 
@@ -308,3 +309,32 @@ def test_a_written_preference_report_ends_as_an_export_dataset_report_does(tmp_p
     for report in (wai.export_preference(str(src), tmp_path / "out.jsonl"),
                    wai.export_preferences(str(src), {"openai": tmp_path / "o.jsonl", "trl": tmp_path / "t.jsonl"})["trl"]):
         assert list(report)[-6:] == ["source_path", "source_sha256", "path", "n_written", "sha256", "elapsed_seconds"]
+
+
+# 14 of the (high, low, margin) of rewards and margins in steps of 0.1 are such a case
+@pytest.mark.parametrize("high, low, margin", [(0.7, 0.2, 0.5), (0.3, 0.2, 0.1), (1.0, 0.9, 0.1), (0.6, 0.2, 0.4),
+                                               (0.7, 0.4, 0.3)])
+def test_rewards_that_differ_by_the_margin_as_written_meet_it(high, low, margin, tmp_path):
+    """0.7 - 0.2 is 0.49999999999999994 in binary floating point: the reference pairs nothing at
+    min_margin 0.5, and its note says the rollouts' rewards must differ by at least 0.5, which they do.
+    A grader's rewards are decimals; a difference as written that equals the margin meets it (ours)."""
+    assert high - low < margin  # the case: the float difference falls a rounding error short
+    rows = [_row("Refund A", high, "Refunded."), _row("Refund A", low, "No.")]
+    pairs, report = wai.build_preference_pairs(rows, min_margin=margin, length_match=False)
+    assert [(p["chosen_score"], p["rejected_score"], p["margin"]) for p in pairs] == [(high, low, margin)]
+    assert report["pairs"] == 1 and report["prompts_with_contrast"] == 1
+    run = tmp_path / "run.jsonl"
+    run.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "pairs.jsonl"
+    build_pairs_file(run, out, min_margin=margin, length_match=False, workers=1)
+    assert [(p["chosen_score"], p["rejected_score"]) for p in _lines(out)] == [(high, low)]
+
+
+@pytest.mark.parametrize("high, low, margin", [(0.7, 0.2, 0.5000001), (0.7, 0.2, 0.5 + 1e-15),
+                                               (0.5, 0.0, 0.5 + 2 ** -40), (0.6, 0.6, 2 ** -50)])
+def test_rewards_that_differ_by_less_than_the_margin_do_not_meet_it(high, low, margin):
+    """Only a rounding error of the subtraction is forgiven: a margin a hair above the written difference
+    is not met, and equal rewards never are (min_margin is positive)."""
+    rows = [_row("Refund A", high, "Refunded."), _row("Refund A", low, "No.")]
+    pairs, report = wai.build_preference_pairs(rows, min_margin=margin, length_match=False)
+    assert pairs == [] and report["prompts_with_contrast"] == 0

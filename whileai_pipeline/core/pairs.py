@@ -16,6 +16,7 @@ import json
 import math
 import numbers
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -205,6 +206,22 @@ def check_max_pairs(max_pairs_per_prompt):
         f"max_pairs_per_prompt=1 (the default){unlimited}")
 
 
+def meets_margin(high, low, min_margin) -> bool:
+    """Whether rewards ``high`` and ``low`` differ by at least ``min_margin`` as they are written (ours).
+
+    A grader's rewards are decimals, and their difference in binary floating point can fall a rounding
+    error short: 0.7 - 0.2 is 0.49999999999999994, so the reference pairs nothing at min_margin 0.5 and
+    says the rewards must differ by at least 0.5, which they do. A difference within a few units in the
+    last place of the largest operand of the margin meets it (subtracting two parsed decimals errs by less).
+    """
+    d = high - low
+    return d >= min_margin or (min_margin - d <= _ROUNDING * max(abs(high), abs(low), min_margin)
+                               and math.isfinite(d))
+
+
+_ROUNDING = 4 * sys.float_info.epsilon
+
+
 def check_min_margin(min_margin):
     """A positive, finite number. NaN and infinity are refused too: the reference takes them and
     silently pairs nothing."""
@@ -362,7 +379,8 @@ class SummaryTable:
                 if c in used:
                     continue
                 c_score = score[c]
-                candidates = [r for r in ranked if r not in used and r != c and c_score - score[r] >= min_margin]
+                candidates = [r for r in ranked
+                              if r not in used and r != c and meets_margin(c_score, score[r], min_margin)]
                 if not candidates:
                     # the rows after c score no higher and nothing was marked used: none of them has a
                     # candidate either (c itself is no margin below them), so the group is done
