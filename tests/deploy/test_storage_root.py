@@ -30,12 +30,18 @@ def _reexport(resources=None):
         return job.execute_in_process(instance=instance, partition_key="nightly", raise_on_error=False, **kwargs)
 
 
-@pytest.mark.parametrize("set_root", ["none", "env", "config"])
-def test_missing_stage_says_when_this_process_uses_the_default_root(tmp_path, monkeypatch, set_root):
-    worker_cwd = tmp_path / "worker_cwd"
-    worker_cwd.mkdir()
-    monkeypatch.chdir(worker_cwd)
+@pytest.fixture
+def worker_cwd(tmp_path, monkeypatch):
+    """The working directory of a worker started without a storage root."""
+    cwd = tmp_path / "worker_cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
     monkeypatch.delenv(ENV_HOME, raising=False)
+    return cwd
+
+
+@pytest.mark.parametrize("set_root", ["none", "env", "config"])
+def test_missing_stage_says_when_this_process_uses_the_default_root(tmp_path, monkeypatch, set_root, worker_cwd):
     resources = None
     if set_root == "env":
         monkeypatch.setenv(ENV_HOME, str(tmp_path / "shared"))
@@ -58,15 +64,11 @@ def test_missing_stage_says_when_this_process_uses_the_default_root(tmp_path, mo
 
 
 @pytest.mark.parametrize("set_root", ["env", "config"])
-def test_missing_stage_says_when_the_storage_root_is_a_relative_path(tmp_path, monkeypatch, set_root):
+def test_missing_stage_says_when_the_storage_root_is_a_relative_path(monkeypatch, set_root, worker_cwd):
     """A relative root (``WHILEAI_PIPELINE_HOME=whileai_data``, ``root: data``) is resolved against each process's
     own working directory: a Celery worker or a CI job started elsewhere than the code server looks in another
     folder. The message must say the root is relative and where this process took it, not only that the stage
     is missing (it is there, under the code server's working directory)."""
-    worker_cwd = tmp_path / "worker_cwd"
-    worker_cwd.mkdir()
-    monkeypatch.chdir(worker_cwd)
-    monkeypatch.delenv(ENV_HOME, raising=False)
     resources = None
     if set_root == "env":
         monkeypatch.setenv(ENV_HOME, "whileai_data")
