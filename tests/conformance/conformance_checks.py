@@ -46,6 +46,7 @@ SKIPPED = re.compile(r"^(\d+) of (\d+) rows are not objects and were skipped")  
 NO_REPLY = re.compile(r"^(\d+) of (\d+) rows have no assistant turn")  # ours: nothing to train on
 EMPTY_REPLY = re.compile(r"^(\d+) of (\d+) rows train an assistant turn with no text and no tool call")  # ours
 TWO_SYSTEMS = re.compile(r"^(\d+) of (\d+) rows hold their own system message and were given the system prompt too")
+WEIGHTED = re.compile(r"^(\d+) of (\d+) rows carry a per-message weight")  # ours
 D12_CHOSEN = re.compile(r"^(\d+) of (\d+) chosen replies quote their own privileged context")
 TRL_USER_TURNS = re.compile(r"^(\d+) of (\d+) pairs have a user or system turn inside chosen or rejected")
 D12_REJECTED = re.compile(r"^(\d+) rejected replies quote their own privileged context")
@@ -244,7 +245,8 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
                                                        "d16_dropped": D16_DROPPED, "d16_goes_on": D16_GOES_ON,
                                                        "openai_mask": OPENAI_MASK, "no_rows": NO_ROWS,
                                                        "skipped": SKIPPED, "no_reply": NO_REPLY,
-                                                       "empty_reply": EMPTY_REPLY, "two_systems": TWO_SYSTEMS})
+                                                       "empty_reply": EMPTY_REPLY, "two_systems": TWO_SYSTEMS,
+                                                       "weighted": WEIGHTED})
     # DECISIONS 6: warn when a row with tool calls is exported with no tools or no system prompt
     with_calls = _rows_with_calls(pred)
     exp_extra = set()
@@ -285,6 +287,11 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
         isinstance(m, dict) and m.get("role") == "system" for m in (H.row_conversation(x) or [])[1:]))
     if two_systems:
         exp_extra.add("two_systems")
+    # ours: rows whose own messages carry OpenAI's weight (the export drops it and writes its own loss_mask)
+    weighted = sum(1 for r in rows if isinstance(r, dict) and isinstance(r.get("messages"), (list, tuple)) and any(
+        isinstance(m, dict) and "weight" in m for m in r["messages"]))
+    if weighted:
+        exp_extra.add("weighted")
     if not rows and iter(src) is src:
         exp_extra.add("no_rows")  # ours: an iterator that gave nothing (one read twice, say) is said to be empty
     assert set(extra) == exp_extra, f"DECISIONS 6/16 warnings: expected {sorted(exp_extra)}, got {our_warnings}\n{ctx}"
@@ -304,6 +311,8 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     for name, count in (("empty_reply", empty_reply), ("two_systems", two_systems)):
         if name in extra:
             assert extra[name].groups() == (str(count), str(n_out)), extra[name].group(0)
+    if "weighted" in extra:
+        assert extra["weighted"].groups() == (str(weighted), str(len(rows))), extra["weighted"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     if fmt == "trl":  # DECISIONS 16
         trl_loss = ours_rep.pop("trl_loss")

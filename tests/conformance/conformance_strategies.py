@@ -303,6 +303,8 @@ def message_lists(draw):
         if kind == "text":
             content = draw(st.one_of(replies, st.sampled_from(NON_STRING_CONTENT)))
             msgs.append({"role": "assistant", "content": content})
+            if draw(st.integers(0, 5)) == 5:  # a row of an OpenAI fine-tuning file given back as a run
+                msgs[-1]["weight"] = draw(st.sampled_from([0, 1]))
         elif kind == "user":
             msgs.append({"role": "user", "content": draw(st.sampled_from(USER_TURNS))})
         elif kind == "developer":

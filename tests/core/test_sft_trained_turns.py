@@ -93,3 +93,25 @@ def test_rows_without_their_own_system_message_are_not_named(tmp_path):
     assert _warning(report, TWO_SYSTEMS) is None
     report = wai.export_dataset([OWN_SYSTEM], tmp_path / "own.jsonl")
     assert _warning(report, TWO_SYSTEMS) is None
+
+
+def test_rows_of_an_openai_file_given_back_as_a_run_are_said_to_lose_their_weights(tmp_path):
+    """A fine-tuning file's rows (``weight`` on each assistant message) exported again: the export drops the
+    weights and writes its own loss_mask, so the turn weighted 0 is trained; it said nothing."""
+    weighted = {"messages": [{"role": "user", "content": "Refund order A"},
+                             {"role": "assistant", "content": "Let me look.", "weight": 0},
+                             {"role": "user", "content": "Please do."},
+                             {"role": "assistant", "content": "Refunded.", "weight": 1}], "reward": 1}
+    plain = {"messages": [{"role": "user", "content": "Refund order B"},
+                          {"role": "assistant", "content": "Refunded."}], "reward": 1}
+    for fmt in ("openai", "trl"):
+        report = wai.export_dataset([weighted, plain, plain], tmp_path / f"{fmt}.jsonl", format=fmt)
+        said = [w for w in report.get("warnings", []) if "weight" in w]
+        assert said == ["1 of 3 rows carry a per-message weight (rows of an OpenAI fine-tuning file, not of a "
+                        "simulation run?): the export writes its own loss_mask from mask_mode='assistant' and no "
+                        "weight, so a turn weighted 0 there may be trained here. Export the run those rows were "
+                        "made from."]
+        first = json.loads((tmp_path / f"{fmt}.jsonl").read_text().splitlines()[0])
+        assert all("weight" not in m for m in first["messages"])
+    report = wai.export_dataset([plain], tmp_path / "plain.jsonl")
+    assert not [w for w in report.get("warnings", []) if "weight" in w]

@@ -70,8 +70,8 @@ class _SftPlan:
 def _sft_outcomes(raw, plans, long_run=None):
     """What one source row contributes to an export in each format of ``plans``, converted once.
 
-    One outcome per plan: (leak facts, cut by the token cap, [(schema problems, group summary,
-    written or None) per training row]). A pure function of (row, plans), so it can run in any
+    One outcome per plan: (leak facts, (cut by the token cap, carries weights), [(schema problems, group
+    summary, written or None) per training row]). A pure function of (row, plans), so it can run in any
     process; each format's ``_SftTally`` then adds its outcomes up in source order, which keeps the
     output identical however the work was spread. None for a source line that is not an object.
     The plans share every conversion setting (``_plans``): only the format differs. ``long_run``:
@@ -92,8 +92,14 @@ def _sft_outcomes(raw, plans, long_run=None):
         group = row_summary(entry) if base.summarize_groups else None
         for plan, written in zip(plans, entries):
             written.append((problems, group, _written(entry, plan, objects, long_run)))
-    length_cut = raw.get("finish_reason") == "length"
-    return [(leak, length_cut, written) for written in entries]
+    flags = (raw.get("finish_reason") == "length", _carries_weights(raw.get("messages")))
+    return [(leak, flags, written) for written in entries]
+
+
+def _carries_weights(messages) -> bool:
+    """Whether a row's own messages carry OpenAI's per-message ``weight``: a row of a fine-tuning file given
+    back as a run. The export writes its own ``loss_mask`` from ``mask_mode``, and no weight."""
+    return isinstance(messages, (list, tuple)) and any(isinstance(m, dict) and "weight" in m for m in messages)
 
 
 def _located_outcomes(raw, plans, src, position, long_run=None):
@@ -199,7 +205,7 @@ def _sft_lines(raw, plans, long_run=None):
     if outcomes is None:
         return None, [() for _ in plans]
     slim, lines = [], []
-    for leak, length_cut, entries in outcomes:
+    for leak, flags, entries in outcomes:
         kept, out = [], []
         for problems, group, written in entries:
             if written is not None:
@@ -207,7 +213,7 @@ def _sft_lines(raw, plans, long_run=None):
                 out.append(spool_line(body, tail))
                 written = (facts, None, bool(tail))
             kept.append((problems, group, written))
-        slim.append((leak, length_cut, kept))
+        slim.append((leak, flags, kept))
         lines.append(out)
     return slim, lines
 
@@ -237,6 +243,7 @@ class _SftTally:
         self.no_reply = 0  # rows written with no assistant turn (nothing to train on)
         self.empty_reply = 0  # rows that train an assistant turn with no text and no tool call
         self.two_systems = 0  # rows with their own system message besides the export's system prompt
+        self.weighted = 0  # source rows whose messages carry a weight (``_carries_weights``)
         self.big_int_rows = 0  # TRL rows holding an integer beyond int64 (``_big_ints``), the first one's
         self.first_big_int = None  # (output line, where, value)
 
@@ -253,9 +260,10 @@ class _SftTally:
         if outcome is None:
             self.rows_skipped += 1
             return
-        leak, length_cut, entries = outcome
+        leak, (length_cut, weighted), entries = outcome
         self.leaks.record(leak)
         self.n_length_cut += length_cut
+        self.weighted += weighted
         for problems, group, written in entries:
             if problems:
                 self.schema.add(self.n_entries, problems, line and f"{self.source_path}:{line}")
@@ -660,6 +668,11 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             "reads only a message's weight: uploaded to OpenAI as they are, these rows train every assistant "
             "turn. For OpenAI, give the turns left out weight 0; for TRL, export format='trl' (prompt/completion "
             "rows, only the completion trained).")
+    if t.weighted:
+        warnings.append(
+            f"{t.weighted} of {t.rows_read} rows carry a per-message weight (rows of an OpenAI fine-tuning file, not "
+            f"of a simulation run?): the export writes its own loss_mask from mask_mode={plan.mask_mode!r} and no "
+            "weight, so a turn weighted 0 there may be trained here. Export the run those rows were made from.")
     if t.rows_skipped:  # DECISIONS 15 counts them; the spec skips them without a word
         warnings.append(
             f"{t.rows_skipped} of {t.rows_read} rows are not objects and were skipped (a whole JSON array of rows "
