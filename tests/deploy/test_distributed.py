@@ -74,7 +74,7 @@ def test_chain_for_two_runs_on_celery_workers_is_byte_identical_to_in_process(
     assert len(expected["published"]) == 16  # 2 runs x (sft, dpo) x (openai, trl) x (data, report)
     for part in ("published", "stages", "rejected", "locks"):
         shutil.rmtree(root / part, ignore_errors=True)
-    assert sorted(p.name for p in root.iterdir()) == ["inbox"]
+    assert sorted(p.name for p in root.iterdir()) == ["inbox", "origins"]  # what registering the runs made
 
     # --- the broker and two workers, all on 127.0.0.1
     broker, backend = f"{redis_broker}/0", f"{redis_broker}/1"
