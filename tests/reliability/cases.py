@@ -107,6 +107,13 @@ CASES = [
     Case("tool_calls_of_strings", line({"messages": [{"role": "user", "content": "q"},
                                                     {"role": "assistant", "content": "a", "tool_calls": ["lookup"]}]}),
          n=1, pipeline="raw:bad_jsonl:", pipeline_line=1),
+    # A DPO export (or a pairs file) given as the run: each row a prompt with no reply (the library exports it
+    # as such and says it has no assistant turn; the pipeline ended with nothing to publish, exit 0)
+    Case("a_preference_pair", GOOD_LINE + line({
+        "prompt": "Where is order 7?", "chosen": [{"role": "user", "content": "Where is order 7?"},
+                                                  {"role": "assistant", "content": "It shipped."}],
+        "rejected": [{"role": "user", "content": "Where is order 7?"}, {"role": "assistant", "content": "No idea."}],
+        "chosen_score": 1.0, "rejected_score": 0.0, "margin": 1.0}), n=2, pipeline="raw:bad_jsonl:", pipeline_line=2),
     Case("arguments_invalid_json", with_(steps=[{"tool": "lookup", "arguments": "{id: 7}", "result": "ok"}]),
          error=RoundtripInvalidError, token="tool_call_roundtrip_invalid: 1 of 1", pipeline="gate:tool_call_roundtrip"),
     Case("arguments_doubly_encoded",

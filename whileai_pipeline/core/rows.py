@@ -25,8 +25,13 @@ def shape_problem(row: dict):
     """Why a trajectory cannot be exported as it stands, or None: ``messages`` that is not a list, or
     a ``tool_calls`` that is not a list of call objects. The exporters would crash on it (a number), or
     read it into empty rows (a string) and made-up calls with no name (a string or a number as a call)
-    that pass the gates. The pipeline's raw stage refuses such a line (or quarantines it)."""
+    that pass the gates. The pipeline's raw stage refuses such a line (or quarantines it). So is a
+    preference pair (a DPO export's or a pairs file's row, given as a run): it would be read as its prompt
+    with no reply, and the run would end with nothing to publish and a scorer that graded nothing."""
     messages = row.get("messages")
+    if not messages and "chosen" in row and "rejected" in row and not row.get("steps"):
+        return ("a preference pair ('chosen' and 'rejected'), not a trajectory: this file looks like a DPO "
+                "export or a pairs file; pass the simulation run the pairs were made from")
     if not messages:
         return None  # rebuilt from prompt and steps
     if not isinstance(messages, list):
