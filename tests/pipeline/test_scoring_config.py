@@ -235,7 +235,8 @@ def test_flat_config_maps_to_each_asset():
         "judge_concurrency": 8}}}}
     for bad in ({"nope": 1}, {"mask_mode": "all"}, {"formats": ["csv"]}, {"min_margin": 0},
                 {"scorer": "magic"}, {"judge": "nocolon"}, {"sft_rows": "some"}, {"judge_concurrency": 0},
-                {"max_tool_output_chars": -5}, {"min_margin": float("inf")}, [1]):
+                {"max_tool_output_chars": -5}, {"min_margin": float("inf")}, {"judge_timeout": 0},
+                {"judge_timeout": -1}, [1]):
         with pytest.raises(ConfigFileError):
             flat_to_run_config(bad)
     # Dagster's own form gets the same value checks (Dagster alone checks types, not values)
@@ -517,6 +518,29 @@ def test_a_scorer_that_changes_the_row_it_is_given_changes_nothing_that_is_writt
         {k: v for k, v in r.items() if k not in drop} for r in raw]
     for asset in ("sft_export", "dpo_export"):
         assert materialization(result, asset)["openai/rows_checked"].value > 0, asset
+
+
+def test_a_judge_that_never_answers_fails_the_step_after_judge_timeout(chain, tmp_path, monkeypatch):
+    """A stalled connection to a judge model held the preference_pairs step (and the run's lock) for good."""
+    (tmp_path / "stalled_judges.py").write_text(
+        "import time\n"
+        "def stalled(a, b):\n"
+        "    time.sleep(5)\n"
+        "    return {'winner': 'A'}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    key = chain.register()
+    assert chain.materialize(key, selection=["raw_simulation_data", "scored_simulation_data",
+                                             "preference_pairs"]).success
+    unjudged = chain.storage.stage_path(key, "pairs").read_bytes()
+    result = chain.materialize(key, run_config={"ops": {"preference_pairs": {"config": {
+        "judge": "stalled_judges:stalled", "judge_timeout": 0.1}}}}, selection=["preference_pairs"])
+    assert not result.success
+    (failure,) = [e.step_failure_data.user_failure_data.description for e in result.all_events
+                  if e.event_type_value == "STEP_FAILURE"]
+    assert failure.startswith("judge_failed: the judge stalled_judges:stalled could not judge 8 of 8 pairs (first: "
+                              "TimeoutError: no answer within 0.1 s (judge_timeout))"), failure
+    assert chain.storage.stage_path(key, "pairs").read_bytes() == unjudged
 
 
 def test_a_judge_that_changes_the_rows_it_is_given_changes_no_pair(chain, tmp_path, monkeypatch):

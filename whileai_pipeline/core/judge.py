@@ -9,7 +9,9 @@ with how pairs are chosen.
 import copy
 import hashlib
 import json
+import math
 import re
+import threading
 
 from .arguments import check_rows, refuse_pairs_with_report, whole_number
 from .gates import scrub
@@ -45,14 +47,50 @@ def parse_verdict(answer):
     return None, "judge returned neither a dict nor a string"
 
 
-def _ask(judge, a, b):
+def _ask(judge, a, b, timeout=None):
     """(winner, reason, what the judge returned): the last only for saying why a judgment failed."""
     try:
-        answer = judge(a, b)
+        answer = judge(a, b) if timeout is None else _answer_within(judge, a, b, timeout)
     except Exception as exc:  # a crashing judge is a failed judgment, not a failed run
         return None, f"{type(exc).__name__}: {exc}"[:ERROR_CUT], None
     winner, reason = parse_verdict(answer)
     return winner, reason, answer
+
+
+def _answer_within(judge, a, b, timeout):
+    """``judge(a, b)``, or a TimeoutError once ``timeout`` seconds have passed without an answer.
+
+    A call cannot be stopped from outside, so it runs in a daemon thread that is left behind when it
+    hangs: a stalled connection to a judge model fails that one judgment instead of the whole step, and
+    the process can still exit (a pool's thread would be waited for at exit)."""
+    outcome = []
+
+    def call():
+        try:
+            outcome.append((True, judge(a, b)))
+        except BaseException as exc:  # handed to the caller, as a call in its own thread would raise it
+            outcome.append((False, exc))
+
+    worker = threading.Thread(target=call, name="judge-call", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        raise TimeoutError(f"no answer within {timeout:g} s (judge_timeout)")
+    answered, value = outcome[0]
+    if not answered:
+        raise value
+    return value
+
+
+def check_timeout(timeout):
+    """None (wait as long as the judge takes), or a positive number of seconds."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
+            math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout must be a positive number of seconds, or None to wait as long as the judge "
+                         f"takes; got {timeout!r}")
+    return float(timeout)
 
 
 def _judge_name(judge):
@@ -60,15 +98,16 @@ def _judge_name(judge):
 
 
 def judge_pairs(pairs, judge=None, *, spec=None, swap=True, concurrency=8, api_key=None, examples=10,
-                position_flip_flag=POSITION_FLIP_FLAG, prefers_rejected_flag=PREFERS_REJECTED_FLAG):
+                position_flip_flag=POSITION_FLIP_FLAG, prefers_rejected_flag=PREFERS_REJECTED_FLAG, timeout=None):
     """Ask a pairwise judge (a plain callable ``judge(a_row, b_row)``) about each pair, in both orders.
 
     Writes ``pairwise`` and ``tie`` onto each pair in place; an answer that flips with the order is a
     tie. Up to ``concurrency`` pairs are asked at once (spec 8.5; a judge is usually a remote model);
     results are recorded in order. Returns (pairs, report). ``spec`` and ``api_key`` are the reference's
-    (a judge model it calls itself), taken and unused: this library makes no network calls.
+    (a judge model it calls itself), taken and unused: this library makes no network calls. ``timeout``
+    (ours): seconds a call may take before it counts as a failed judgment; None waits as long as it takes.
     """
-    judging = PairwiseJudging(judge, swap=swap, examples=examples)
+    judging = PairwiseJudging(judge, swap=swap, examples=examples, timeout=timeout)
     refuse_pairs_with_report(pairs, "judge_pairs")
     check_rows(pairs, "judge_pairs takes pairs", "pass a list of pair dicts, e.g. read_jsonl(path) for a pairs "
                "file", error=TypeError)
@@ -122,11 +161,12 @@ class PairwiseJudging:
     ``record`` writes them onto the pair and counts them, in order; ``report`` sums up. The pipeline
     streams a pairs file through it, so memory does not grow with the pairs."""
 
-    def __init__(self, judge, *, swap=True, examples=10):
+    def __init__(self, judge, *, swap=True, examples=10, timeout=None):
         if judge is None or not callable(judge):
             raise ValueError("judge_pairs needs a judge: a callable judge(a_row, b_row) returning "
                              "{'winner': 'A'|'B'|'tie', 'reason': ...}; this library makes no network calls")
         self.judge, self.swap, self.examples = judge, swap, examples
+        self.timeout = check_timeout(timeout)
         self.name = _judge_name(judge)
         self.n = self.judged = self.failed = self.flips = self.both_swapped = 0
         self.ties = self.agrees = self.prefers_rejected = 0
@@ -138,9 +178,9 @@ class PairwiseJudging:
         nothing, so pairs can be asked at once."""
         # copies of the rows: a judge that changes what it is given (pops ``privileged``) changes no pair
         chosen, rejected = pair["chosen"], pair["rejected"]
-        answers = [_ask(self.judge, copy.deepcopy(chosen), copy.deepcopy(rejected))]
+        answers = [_ask(self.judge, copy.deepcopy(chosen), copy.deepcopy(rejected), self.timeout)]
         if self.swap:
-            answers.append(_ask(self.judge, copy.deepcopy(rejected), copy.deepcopy(chosen)))
+            answers.append(_ask(self.judge, copy.deepcopy(rejected), copy.deepcopy(chosen), self.timeout))
         return answers
 
     def record(self, pair, answers):
@@ -213,11 +253,12 @@ class PairwiseJudging:
 
 def judge_pairs_file(source, output, judge=None, *, swap=True, concurrency=1, examples=10,
                      position_flip_flag=POSITION_FLIP_FLAG, prefers_rejected_flag=PREFERS_REJECTED_FLAG,
-                     progress=None):
+                     progress=None, timeout=None):
     """``judge_pairs`` from a pairs file to a pairs file, a few pairs at a time: memory does not grow with
     the pairs. ``output`` may be ``source`` (it is replaced whole once every pair is judged).
     ``concurrency`` is 1 here by default: the pipeline's judge is a user's callable, which may keep state.
     ``progress`` is called with the pairs judged so far after every pair (a judge is slow: each one counts).
+    ``timeout``: as ``judge_pairs``'s.
 
     Returns the judge report plus ``path``, ``n_written``, ``sha256``, ``ties`` (pairs judged a tie) and
     ``first_failure`` (what the judge said or raised on the first pair it could not judge, or None).
@@ -225,7 +266,7 @@ def judge_pairs_file(source, output, judge=None, *, swap=True, concurrency=1, ex
     from .atomic import atomic_file
     from .jsonl import dumps_line, iter_jsonl
 
-    judging = PairwiseJudging(judge, swap=swap, examples=examples)
+    judging = PairwiseJudging(judge, swap=swap, examples=examples, timeout=timeout)
     _check_concurrency(concurrency)
     digest = hashlib.sha256()
 

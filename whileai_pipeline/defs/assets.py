@@ -477,7 +477,7 @@ def preference_pairs(
             progress = _progress(context, f"judging ({config.judge})")
             try:
                 judged = judge_pairs_file(incoming, incoming, judge, concurrency=config.judge_concurrency,
-                                          progress=progress)
+                                          progress=progress, timeout=config.judge_timeout)
             except ValueError as exc:
                 raise _library_failure(exc, "judge_pairs") from None
             progress.close(judged["n"])

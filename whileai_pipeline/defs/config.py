@@ -7,7 +7,8 @@ asset                       options
 ==========================  =============================================================
 raw_simulation_data         on_bad_line
 scored_simulation_data      scorer
-preference_pairs            max_pairs_per_prompt, min_margin, length_match, judge, judge_concurrency
+preference_pairs            max_pairs_per_prompt, min_margin, length_match, judge, judge_concurrency,
+                            judge_timeout
 sft_export                  formats, mask_mode, unroll, strip_think, max_tool_output_chars,
                             validate, sft_rows
 dpo_export                  formats, strip_think, validate, drop_ties
@@ -27,6 +28,7 @@ import pydantic
 from pydantic import Field, field_validator
 
 from whileai_pipeline.core.gates import FORMATS
+from whileai_pipeline.core.judge import check_timeout
 from whileai_pipeline.core.pairs import check_min_margin
 from whileai_pipeline.core.scoring import BUILTIN_SCORERS
 
@@ -126,6 +128,17 @@ class PairsConfig(_Options):
         "order; a judge that calls a remote model gains from 8 or so.",
     )
 
+    judge_timeout: Optional[float] = Field(
+        default=600.0,
+        description="Seconds one judge call may take before it counts as a failed judgment (null: no limit). "
+        "A stalled connection to a judge model otherwise holds the step, and the run's lock, for good.",
+    )
+
+    @field_validator("judge_timeout")
+    @classmethod
+    def _timeout(cls, value):
+        return check_timeout(value)  # the library's rule
+
     @field_validator("min_margin")
     @classmethod
     def _margin(cls, value):
@@ -210,6 +223,7 @@ FLAT_OPTIONS = {
     "length_match": ("preference_pairs",),
     "judge": ("preference_pairs",),
     "judge_concurrency": ("preference_pairs",),
+    "judge_timeout": ("preference_pairs",),
     "formats": ("sft_export", "dpo_export"),
     "mask_mode": ("sft_export",),
     "unroll": ("sft_export",),
