@@ -67,14 +67,19 @@ def _run_file(path) -> Path:
     return path
 
 
+REPORT_MAX_BYTES = 64 << 20
+
+
 def _is_export_report(path) -> bool:
     """Whether ``path`` is the report a published export carries beside it (its format, what it read and
     the digest of what it wrote), not some other JSON file of that name."""
     import orjson
 
     try:
+        if os.path.getsize(path) > REPORT_MAX_BYTES:  # a report names at most a few hundred rows
+            return False
         with open(path, "rb") as fh:
-            report = orjson.loads(fh.read(1 << 20))
+            report = orjson.loads(fh.read())
     except (OSError, ValueError):
         return False
     return isinstance(report, dict) and report.get("format") in ("openai", "trl") and {

@@ -107,10 +107,11 @@ def test_rows_of_an_openai_file_given_back_as_a_run_are_said_to_lose_their_weigh
     for fmt in ("openai", "trl"):
         report = wai.export_dataset([weighted, plain, plain], tmp_path / f"{fmt}.jsonl", format=fmt)
         said = [w for w in report.get("warnings", []) if "weight" in w]
-        assert said == ["1 of 3 rows carry a per-message weight (rows of an OpenAI fine-tuning file, not of a "
-                        "simulation run?): the export writes its own loss_mask from mask_mode='assistant' and no "
-                        "weight, so a turn weighted 0 there may be trained here. Export the run those rows were "
-                        "made from."]
+        writes = ("drops the weights (a TRL row has none)" if fmt == "trl" else
+                  "writes its own loss_mask from mask_mode='assistant' and no weight")
+        assert said == [f"1 of 3 rows carry a per-message weight (rows of an OpenAI fine-tuning file, not of a "
+                        f"simulation run?): the export {writes}, so a turn weighted 0 there may be trained here. "
+                        "Export the run those rows were made from."]
         first = json.loads((tmp_path / f"{fmt}.jsonl").read_text().splitlines()[0])
         assert all("weight" not in m for m in first["messages"])
     report = wai.export_dataset([plain], tmp_path / "plain.jsonl")

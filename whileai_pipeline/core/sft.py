@@ -669,10 +669,12 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             "turn. For OpenAI, give the turns left out weight 0; for TRL, export format='trl' (prompt/completion "
             "rows, only the completion trained).")
     if t.weighted:
+        writes = ("drops the weights (a TRL row has none)" if plan.trl else
+                  f"writes its own loss_mask from mask_mode={plan.mask_mode!r} and no weight")
         warnings.append(
             f"{t.weighted} of {t.rows_read} rows carry a per-message weight (rows of an OpenAI fine-tuning file, not "
-            f"of a simulation run?): the export writes its own loss_mask from mask_mode={plan.mask_mode!r} and no "
-            "weight, so a turn weighted 0 there may be trained here. Export the run those rows were made from.")
+            f"of a simulation run?): the export {writes}, so a turn weighted 0 there may be trained here. Export "
+            "the run those rows were made from.")
     if t.rows_skipped:  # DECISIONS 15 counts them; the spec skips them without a word
         warnings.append(
             f"{t.rows_skipped} of {t.rows_read} rows are not objects and were skipped (a whole JSON array of rows "
