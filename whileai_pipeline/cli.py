@@ -76,7 +76,7 @@ def _is_export_report(path) -> bool:
     import orjson
 
     try:
-        if os.path.getsize(path) > REPORT_MAX_BYTES:  # a report names at most a few hundred rows
+        if os.path.getsize(path) > REPORT_MAX_BYTES:  # not a report of ours: not worth reading whole
             return False
         with open(path, "rb") as fh:
             report = orjson.loads(fh.read())

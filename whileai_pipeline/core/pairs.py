@@ -206,20 +206,17 @@ def check_max_pairs(max_pairs_per_prompt):
         f"max_pairs_per_prompt=1 (the default){unlimited}")
 
 
-def meets_margin(high, low, min_margin) -> bool:
-    """Whether rewards ``high`` and ``low`` differ by at least ``min_margin`` as they are written (ours).
+def margin_threshold(min_margin) -> float:
+    """The least float difference of two rewards that meets ``min_margin`` (ours).
 
     A grader's rewards are decimals, and their difference in binary floating point can fall a rounding
     error short: 0.7 - 0.2 is 0.49999999999999994, so the reference pairs nothing at min_margin 0.5 and
-    says the rewards must differ by at least 0.5, which they do. A difference within a few units in the
-    last place of the largest operand of the margin meets it (subtracting two parsed decimals errs by less).
+    says the rewards must differ by at least 0.5, which they do. Rewards are ranked only in [0, 1]
+    (``score``), where two parsed decimals and their subtraction err by less than 4 units in the last
+    place of 1: a difference short of the margin by at most that meets it. Never zero or less, however
+    small the margin: equal rewards carry no preference.
     """
-    d = high - low
-    return d >= min_margin or (min_margin - d <= _ROUNDING * max(abs(high), abs(low), min_margin)
-                               and math.isfinite(d))
-
-
-_ROUNDING = 4 * sys.float_info.epsilon
+    return max(min_margin - 4 * sys.float_info.epsilon * max(1.0, min_margin), min_margin / 2)
 
 
 def check_min_margin(min_margin):
@@ -369,6 +366,7 @@ class SummaryTable:
         score, length = self.score, self.length
         chosen, rejected = array.array("i"), array.array("i")
         with_contrast = 0
+        threshold = margin_threshold(min_margin)
         for g in range(n_groups):
             ranked = sorted(order[starts[g]:starts[g + 1]], key=lambda i: -score[i])
             used = set()
@@ -379,8 +377,7 @@ class SummaryTable:
                 if c in used:
                     continue
                 c_score = score[c]
-                candidates = [r for r in ranked
-                              if r not in used and r != c and meets_margin(c_score, score[r], min_margin)]
+                candidates = [r for r in ranked if r not in used and r != c and c_score - score[r] >= threshold]
                 if not candidates:
                     # the rows after c score no higher and nothing was marked used: none of them has a
                     # candidate either (c itself is no margin below them), so the group is done
