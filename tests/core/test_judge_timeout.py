@@ -9,7 +9,7 @@ import threading
 import pytest
 
 import whileai_pipeline.simulations as wai
-from whileai_pipeline.core.judge import judge_pairs_file
+from whileai_pipeline.core.judge import JudgeStalledError, judge_pairs_file
 
 
 def _pairs(n):
@@ -80,3 +80,37 @@ def test_a_process_whose_judge_call_hangs_still_exits():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "1\n"
+
+
+def test_judging_stops_after_five_calls_in_a_row_go_unanswered():
+    """Each unanswered call leaves a thread behind and costs ``timeout`` seconds: a judge that answers
+    nothing is given five calls, not two for every pair."""
+    release, calls = threading.Event(), []
+
+    def judge(a, b):
+        calls.append(a["prompt"])
+        release.wait()
+
+    try:
+        with pytest.raises(JudgeStalledError, match=r"^judge_stalled: the judge judge answered none of 5 calls in a "
+                                                    r"row within 0\.05 s each; judging stopped there\. "):
+            wai.judge_pairs(_pairs(20), judge, concurrency=1, timeout=0.05)
+    finally:
+        release.set()
+    assert len(calls) == 5
+
+
+def test_answered_calls_between_unanswered_ones_keep_judging_going():
+    release, asked = threading.Event(), []
+
+    def judge(a, b):  # every other pair stalls: two calls in a row go unanswered, then two are answered
+        asked.append(a["prompt"])
+        if int(a["prompt"].rsplit(" ", 1)[1]) % 2:
+            release.wait()
+        return _prefers_done(a, b)
+
+    try:
+        pairs, report = wai.judge_pairs(_pairs(8), judge, concurrency=1, timeout=0.05)
+    finally:
+        release.set()
+    assert report["failed"] == 4 and report["n_judged"] == 4 and len(asked) == 16

@@ -48,13 +48,31 @@ def parse_verdict(answer):
 
 
 def _ask(judge, a, b, timeout=None):
-    """(winner, reason, what the judge returned): the last only for saying why a judgment failed."""
+    """(winner, reason, what the judge returned): the last only for saying why a judgment failed, and
+    ``NO_ANSWER`` when the call did not answer within ``timeout`` seconds."""
     try:
         answer = judge(a, b) if timeout is None else _answer_within(judge, a, b, timeout)
+    except _NoAnswer as exc:
+        return None, f"TimeoutError: {exc}", NO_ANSWER
     except Exception as exc:  # a crashing judge is a failed judgment, not a failed run
         return None, f"{type(exc).__name__}: {exc}"[:ERROR_CUT], None
     winner, reason = parse_verdict(answer)
     return winner, reason, answer
+
+
+class _NoAnswer(TimeoutError):
+    pass
+
+
+NO_ANSWER = object()  # ``_ask``'s "what the judge returned" for a call that did not answer in time
+
+# calls in a row that did not answer in time before judging stops: each leaves a thread behind, and a
+# judge that answers none would otherwise be waited for ``timeout`` seconds a call, for every pair
+STALLED_CALLS = 5
+
+
+class JudgeStalledError(ValueError):
+    pass
 
 
 def _answer_within(judge, a, b, timeout):
@@ -75,7 +93,7 @@ def _answer_within(judge, a, b, timeout):
     worker.start()
     worker.join(timeout)
     if not outcome:
-        raise TimeoutError(f"no answer within {timeout:g} s (judge_timeout)")
+        raise _NoAnswer(f"no answer within {timeout:g} s (judge_timeout)")
     answered, value = outcome[0]
     if not answered:
         raise value
@@ -167,6 +185,8 @@ class PairwiseJudging:
                              "{'winner': 'A'|'B'|'tie', 'reason': ...}; this library makes no network calls")
         self.judge, self.swap, self.examples = judge, swap, examples
         self.timeout = check_timeout(timeout)
+        self._stalled = 0  # calls in a row that did not answer in time (any thread's)
+        self._stalled_lock = threading.Lock()
         self.name = _judge_name(judge)
         self.n = self.judged = self.failed = self.flips = self.both_swapped = 0
         self.ties = self.agrees = self.prefers_rejected = 0
@@ -178,10 +198,25 @@ class PairwiseJudging:
         nothing, so pairs can be asked at once."""
         # copies of the rows: a judge that changes what it is given (pops ``privileged``) changes no pair
         chosen, rejected = pair["chosen"], pair["rejected"]
-        answers = [_ask(self.judge, copy.deepcopy(chosen), copy.deepcopy(rejected), self.timeout)]
+        answers = [self._call(copy.deepcopy(chosen), copy.deepcopy(rejected))]
         if self.swap:
-            answers.append(_ask(self.judge, copy.deepcopy(rejected), copy.deepcopy(chosen), self.timeout))
+            answers.append(self._call(copy.deepcopy(rejected), copy.deepcopy(chosen)))
         return answers
+
+    def _call(self, a, b):
+        """``_ask`` the judge; a JudgeStalledError once ``STALLED_CALLS`` calls in a row went unanswered."""
+        if self.timeout is None:
+            return _ask(self.judge, a, b)
+        with self._stalled_lock:
+            if self._stalled >= STALLED_CALLS:
+                raise JudgeStalledError(
+                    f"judge_stalled: the judge {self.name} answered none of {STALLED_CALLS} calls in a row within "
+                    f"{self.timeout:g} s each; judging stopped there. Check that the judge's model or endpoint "
+                    "is up, or raise the timeout (judge_timeout) if it is that slow.")
+        answer = _ask(self.judge, a, b, self.timeout)
+        with self._stalled_lock:
+            self._stalled = self._stalled + 1 if answer[2] is NO_ANSWER else 0
+        return answer
 
     def record(self, pair, answers):
         """Write ``pairwise`` and ``tie`` onto ``pair`` from its ``ask`` answers, and count them."""

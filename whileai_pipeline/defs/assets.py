@@ -23,7 +23,7 @@ import whileai_pipeline.simulations as wai
 from whileai_pipeline.core.atomic import atomic_file
 from whileai_pipeline.core.errors import BadJsonlError, ExportError, SourceChangedError, WriteFailedError
 from whileai_pipeline.core.jsonl import _BLANK, dumps_line, parse_line, sha256_file
-from whileai_pipeline.core.judge import judge_pairs_file
+from whileai_pipeline.core.judge import JudgeStalledError, judge_pairs_file
 from whileai_pipeline.core.pairs import build_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
 from whileai_pipeline.core.rows import shape_problem
@@ -478,6 +478,9 @@ def preference_pairs(
             try:
                 judged = judge_pairs_file(incoming, incoming, judge, concurrency=config.judge_concurrency,
                                           progress=progress, timeout=config.judge_timeout)
+            except JudgeStalledError as exc:  # its own token, as judge_failed: below
+                raise dg.Failure(description=f"{exc} The previous pairs are unchanged.",
+                                 metadata={"judge": config.judge}) from None
             except ValueError as exc:
                 raise _library_failure(exc, "judge_pairs") from None
             progress.close(judged["n"])
