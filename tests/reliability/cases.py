@@ -115,7 +115,9 @@ CASES = [
         "rejected": [{"role": "user", "content": "Where is order 7?"}, {"role": "assistant", "content": "No idea."}],
         "chosen_score": 1.0, "rejected_score": 0.0, "margin": 1.0}), n=2, pipeline="raw:bad_jsonl:", pipeline_line=2),
     # a trajectory that keeps its own "chosen"/"rejected" notes (an arena-style run) is still a trajectory
-    Case("a_trajectory_with_chosen_and_rejected_keys", with_(chosen="reply A", rejected="reply B"), n=1),
+    Case("a_trajectory_with_chosen_and_rejected_keys", line({"prompt": "Where is order 7?", "final_text": "It shipped.",
+                                                            "reward": 1, "chosen": "reply A", "rejected": "reply B"}),
+         n=1),
     Case("arguments_invalid_json", with_(steps=[{"tool": "lookup", "arguments": "{id: 7}", "result": "ok"}]),
          error=RoundtripInvalidError, token="tool_call_roundtrip_invalid: 1 of 1", pipeline="gate:tool_call_roundtrip"),
     Case("arguments_doubly_encoded",
