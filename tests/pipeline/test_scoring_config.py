@@ -520,6 +520,14 @@ def test_a_scorer_that_changes_the_row_it_is_given_changes_nothing_that_is_writt
         assert materialization(result, asset)["openai/rows_checked"].value > 0, asset
 
 
+def _pairs_staged(chain):
+    """The sample run registered and taken up to its unjudged pairs stage; returns its key."""
+    key = chain.register()
+    assert chain.materialize(key, selection=["raw_simulation_data", "scored_simulation_data",
+                                             "preference_pairs"]).success
+    return key
+
+
 def test_a_judge_that_never_answers_fails_the_step_after_judge_timeout(chain, tmp_path, monkeypatch):
     """A stalled connection to a judge model held the preference_pairs step (and the run's lock) for good. Now
     each call waits judge_timeout seconds, and five unanswered calls in a row end the step."""
@@ -530,9 +538,7 @@ def test_a_judge_that_never_answers_fails_the_step_after_judge_timeout(chain, tm
         "    return {'winner': 'A'}\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    key = chain.register()
-    assert chain.materialize(key, selection=["raw_simulation_data", "scored_simulation_data",
-                                             "preference_pairs"]).success
+    key = _pairs_staged(chain)
     unjudged = chain.storage.stage_path(key, "pairs").read_bytes()
     result = chain.materialize(key, run_config={"ops": {"preference_pairs": {"config": {
         "judge": "stalled_judges:stalled", "judge_timeout": 0.1}}}}, selection=["preference_pairs"])
@@ -557,9 +563,7 @@ def test_a_judge_that_changes_the_rows_it_is_given_changes_no_pair(chain, tmp_pa
         "    return {'winner': 'A' if a['reward'] > b['reward'] else 'B', 'reason': 'higher'}\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    key = chain.register()
-    assert chain.materialize(key, selection=["raw_simulation_data", "scored_simulation_data",
-                                             "preference_pairs"]).success
+    key = _pairs_staged(chain)
     unjudged = read_rows(chain.storage.stage_path(key, "pairs"))
     result = chain.materialize(key, run_config={"ops": {"preference_pairs": {"config": {
         "judge": "careful_judges:careful", "judge_concurrency": 4}}}},
