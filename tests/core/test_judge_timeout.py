@@ -114,3 +114,11 @@ def test_answered_calls_between_unanswered_ones_keep_judging_going():
     finally:
         release.set()
     assert report["failed"] == 4 and report["n_judged"] == 4 and len(asked) == 16
+
+
+def test_a_timeout_longer_than_threads_can_wait_still_waits_for_the_answer():
+    """A timeout above threading.TIMEOUT_MAX (about 292 years, e.g. 1e10 for "no real limit") made the wait
+    itself raise OverflowError: every pair the judge answered was a failed judgment."""
+    pairs, report = wai.judge_pairs(_pairs(2), _prefers_done, concurrency=1, timeout=1e10)
+    assert [p["pairwise"]["winner"] for p in pairs] == ["chosen", "chosen"]
+    assert report["failed"] == 0 and report["n_judged"] == 2

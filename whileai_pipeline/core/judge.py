@@ -91,7 +91,7 @@ def _answer_within(judge, a, b, timeout):
 
     worker = threading.Thread(target=call, name="judge-call", daemon=True)
     worker.start()
-    worker.join(timeout)
+    worker.join(min(timeout, threading.TIMEOUT_MAX))  # a longer wait raises OverflowError: it is no limit anyway
     if not outcome:
         raise _NoAnswer(f"no answer within {timeout:g} s (judge_timeout)")
     answered, value = outcome[0]
