@@ -331,7 +331,8 @@ def test_rewards_that_differ_by_the_margin_as_written_meet_it(high, low, margin,
 
 
 @pytest.mark.parametrize("high, low, margin", [(0.7, 0.2, 0.5000001), (0.7, 0.2, 0.5 + 1e-15),
-                                               (0.5, 0.0, 0.5 + 2 ** -40), (0.6, 0.6, 2 ** -50)])
+                                               (0.5, 0.0, 0.5 + 2 ** -40), (0.6, 0.6, 2 ** -50),
+                                               (0.6, 0.6, 5e-324)])
 def test_rewards_that_differ_by_less_than_the_margin_do_not_meet_it(high, low, margin):
     """Only a rounding error of the subtraction is forgiven: a margin a hair above the written difference
     is not met, and equal rewards never are (min_margin is positive)."""
