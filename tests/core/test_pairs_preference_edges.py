@@ -339,3 +339,13 @@ def test_rewards_that_differ_by_less_than_the_margin_do_not_meet_it(high, low, m
     rows = [_row("Refund A", high, "Refunded."), _row("Refund A", low, "No.")]
     pairs, report = wai.build_preference_pairs(rows, min_margin=margin, length_match=False)
     assert pairs == [] and report["prompts_with_contrast"] == 0
+
+
+def test_a_decimal_min_margin_pairs_as_its_float_does():
+    """check_min_margin takes a Decimal (its NaN is refused by name); the threshold subtracted a float
+    from it and every build failed with a bare TypeError."""
+    from decimal import Decimal
+
+    rows = [_row("Refund A", 0.7, "Refunded."), _row("Refund A", 0.2, "No.")]
+    pairs, report = wai.build_preference_pairs(rows, min_margin=Decimal("0.5"), length_match=False)
+    assert [(p["chosen_score"], p["rejected_score"]) for p in pairs] == [(0.7, 0.2)]

@@ -216,6 +216,7 @@ def margin_threshold(min_margin) -> float:
     place of 1: a difference short of the margin by at most that meets it. Never zero or less, however
     small the margin: equal rewards carry no preference.
     """
+    min_margin = float(min_margin)  # a Decimal (check_min_margin takes one) does not mix with float arithmetic
     # math.ulp(0.0): half the least subnormal margin (5e-324) is 0.0, which equal rewards would meet
     return max(min_margin - 4 * sys.float_info.epsilon * max(1.0, min_margin), min_margin / 2, math.ulp(0.0))
 
