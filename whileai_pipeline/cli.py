@@ -446,7 +446,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
         if key is None:
             return EXIT_FAILED
         print(f"run {key!r}: {path} -> {storage.run_path(key)}", file=out)
-        if note := _replaced_line(earlier, path, key):
+        if note := _replaced_line(earlier, path, key, storage):
             print(note, file=out)
         try:
             with capture as held:
@@ -561,10 +561,12 @@ def _register_run(storage, instance, path, name):
     return key
 
 
-def _replaced_line(earlier, path, key):
+def _replaced_line(earlier, path, key, storage):
     """A note when run ``key`` came from another file before (``exp1/run.jsonl``, now ``exp2/run.jsonl``):
-    runs are named by their file, so this one replaces that one's stages and published exports."""
-    if earlier is None or earlier == str(Path(path).resolve()):
+    runs are named by their file, so this one replaces that one's stages and published exports. Not when
+    ``path`` is the inbox copy itself: that is the earlier run again."""
+    path = str(Path(path).resolve())
+    if earlier is None or path in (earlier, str(storage.run_path(key).resolve())):
         return None
     return (f"  note: run {key!r} was registered from {earlier} before; this file replaces it, and this run's "
             "exports replace that one's. Pass --name to keep both.")
@@ -668,7 +670,7 @@ def register_only(path, *, name=None, home=None, out=None) -> int:
     if key is None:
         return EXIT_FAILED
     print(f"registered {key!r}: {storage.run_path(key)}", file=out)
-    if note := _replaced_line(earlier, path, key):
+    if note := _replaced_line(earlier, path, key, storage):
         print(note, file=out)
     return EXIT_OK
 

@@ -302,6 +302,21 @@ def test_a_run_of_the_same_name_from_another_folder_says_which_run_it_replaces(h
     assert (home / "inbox" / "night.jsonl").read_bytes() == first.read_bytes()
 
 
+def test_registering_the_inbox_copy_itself_replaces_no_run(home, tmp_path, monkeypatch, capsys):
+    """``inbox/night.jsonl`` is the copy of the file registered before: given as the run, it is that run
+    again, not another file replacing it."""
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.setenv("WHILEAI_PIPELINE_HOME", str(home))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    first = tmp_path / "exp1" / "night.jsonl"
+    first.parent.mkdir()
+    first.write_bytes(b'{"prompt": "one"}\n')
+    for path in (first, home / "inbox" / "night.jsonl"):
+        assert cli_module.main(["register", str(path)]) == 0, capsys.readouterr().err
+        assert "note" not in capsys.readouterr().out
+
+
 def test_a_storage_root_that_cannot_be_a_folder_is_bad_usage(home, tmp_path, monkeypatch, capsys):
     from whileai_pipeline import cli as cli_module
 
