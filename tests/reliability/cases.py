@@ -114,6 +114,13 @@ CASES = [
                                                   {"role": "assistant", "content": "It shipped."}],
         "rejected": [{"role": "user", "content": "Where is order 7?"}, {"role": "assistant", "content": "No idea."}],
         "chosen_score": 1.0, "rejected_score": 0.0, "margin": 1.0}), n=2, pipeline="raw:bad_jsonl:", pipeline_line=2),
+    # the same in OpenAI's preference format (a DPO export made with format "openai"): no prompt, no reply
+    Case("an_openai_preference_pair", GOOD_LINE + line({
+        "input": {"messages": [{"role": "user", "content": "Where is order 7?"}]},
+        "preferred_output": [{"role": "assistant", "content": "It shipped."}],
+        "non_preferred_output": [{"role": "assistant", "content": "No idea."}]}),
+         error=SchemaInvalidError, token="schema_invalid in training_rows: 1:messages_missing", line=2,
+         pipeline="raw:bad_jsonl:", pipeline_line=2),
     # a trajectory that keeps its own "chosen"/"rejected" notes (an arena-style run) is still a trajectory
     Case("a_trajectory_with_chosen_and_rejected_keys", line({"prompt": "Where is order 7?", "final_text": "It shipped.",
                                                             "reward": 1, "chosen": "reply A", "rejected": "reply B"}),

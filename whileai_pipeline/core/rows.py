@@ -29,9 +29,11 @@ def shape_problem(row: dict):
     preference pair (a DPO export's or a pairs file's row, given as a run): it would be read as its prompt
     with no reply, and the run would end with nothing to publish and a scorer that graded nothing."""
     messages = row.get("messages")
-    if not (messages or row.get("steps") or row.get("final_text")) and "chosen" in row and "rejected" in row:
-        return ("a preference pair ('chosen' and 'rejected'), not a trajectory: this file looks like a DPO "
-                "export or a pairs file; pass the simulation run the pairs were made from")
+    if not (messages or row.get("steps") or row.get("final_text")):
+        for sides in (("chosen", "rejected"), ("preferred_output", "non_preferred_output")):  # TRL's, OpenAI's
+            if sides[0] in row and sides[1] in row:
+                return (f"a preference pair ({sides[0]!r} and {sides[1]!r}), not a trajectory: this file looks "
+                        "like a DPO export or a pairs file; pass the simulation run the pairs were made from")
     if not messages:
         return None  # rebuilt from prompt and steps
     if not isinstance(messages, list):
