@@ -272,6 +272,30 @@ def test_the_raw_stage_names_the_file_a_run_was_registered_from(chain):
     assert raw["source_path"].value == str(chain.storage.run_path(key))
 
 
+def test_a_run_registered_again_while_the_raw_stage_reads_is_not_named_as_its_origin(chain, monkeypatch):
+    """The stage holds the rows of the copy it snapshotted: a ``register`` of another file of that name
+    meanwhile (the command lock is not the step's) must not have the metadata name that other file."""
+    from whileai_pipeline.defs import assets
+
+    key = chain.register()
+    other = chain.tmp_path / "exp2" / f"{key}.jsonl"
+    other.parent.mkdir()
+    other.write_bytes(b'{"prompt": "another experiment", "final_text": "ok"}\n')
+    snapshot = assets._snapshot
+
+    def snapshot_then_register(src, dest):
+        snapshot(src, dest)
+        if src.name.endswith(".jsonl"):
+            chain.storage.register(other)
+
+    monkeypatch.setattr(assets, "_snapshot", snapshot_then_register)
+    run = chain.materialize(key, selection=["raw_simulation_data"])
+    assert run.success
+    raw = materialization(run, "raw_simulation_data")
+    assert raw["rows"].value > 1  # the sample's rows, not the other file's one
+    assert "registered_from" not in raw, raw["registered_from"].value
+
+
 def test_sensor_waits_for_a_file_still_being_written(storage, instance, monkeypatch):
     """A run written straight into the inbox is taken only once it has not changed for the settle
     time: not at every tick, hashed whole each time, and exported half-written."""

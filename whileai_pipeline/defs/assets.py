@@ -241,6 +241,7 @@ def raw_simulation_data(
     meta_snapshot = incoming_path(meta_path_for(stage))
     stats = RawStats()
     quarantined = 0
+    registered_from = storage.registered_from(key)  # the file `run`/`register` copied into the inbox
     try:
         sidecar = _snapshot_sidecar(src, meta_snapshot)
         _snapshot(src, snapshot)
@@ -297,8 +298,8 @@ def raw_simulation_data(
         "tools_declared": len(sidecar[1] or []) if sidecar else 0,
         "preview": dg.MetadataValue.md(stats.preview_markdown()),
     }
-    registered_from = storage.registered_from(key)  # the file `run`/`register` copied into the inbox
-    if registered_from:
+    # named only if no register replaced the inbox copy while it was snapshotted: the stage holds that copy's rows
+    if registered_from and registered_from == storage.registered_from(key):
         metadata["registered_from"] = dg.MetadataValue.path(registered_from)
     if quarantined:
         metadata["quarantine_path"] = dg.MetadataValue.path(str(quarantine))
