@@ -46,7 +46,7 @@ def test_the_defaults_are_the_librarys_except_judge_concurrency():
         assert defaults[name] == library[name], name
     assert defaults["judge_concurrency"] == 1
     assert inspect.signature(wai.judge_pairs).parameters["concurrency"].default == 8
-    assert defaults["judge_timeout"] == 600.0
+    assert defaults["judge_timeout"] is None
     assert inspect.signature(wai.judge_pairs).parameters["timeout"].default is None
 
 

@@ -40,7 +40,7 @@ def test_a_judge_call_that_does_not_answer_in_time_is_a_failed_judgment(concurre
     finally:
         release.set()
     assert [p["pairwise"]["winner"] for p in pairs] == ["chosen", None, "chosen", "chosen"]
-    assert pairs[1]["pairwise"]["reasons"] == ["TimeoutError: no answer within 0.3 s (judge_timeout)"] * 2
+    assert pairs[1]["pairwise"]["reasons"] == ["TimeoutError: no answer within 0.3 s"] * 2
     assert report["failed"] == 1 and report["n_judged"] == 3
 
 
@@ -122,3 +122,26 @@ def test_a_timeout_longer_than_threads_can_wait_still_waits_for_the_answer():
     pairs, report = wai.judge_pairs(_pairs(2), _prefers_done, concurrency=1, timeout=1e10)
     assert [p["pairwise"]["winner"] for p in pairs] == ["chosen", "chosen"]
     assert report["failed"] == 0 and report["n_judged"] == 2
+
+
+def test_judging_stops_when_too_many_calls_are_left_running(monkeypatch):
+    """A judge that hangs now and then, never five times in a row, left a thread behind each time: with
+    none left to start, each call failed with RuntimeError, which reset the five-in-a-row count."""
+    from whileai_pipeline.core import judge as judge_mod
+
+    monkeypatch.setattr(judge_mod, "ABANDONED_CALLS", 3)
+    release, asked = threading.Event(), []
+
+    def judge(a, b):  # the first call about every pair hangs, the swapped one answers
+        asked.append(a["prompt"])
+        if a["final_text"].startswith("done"):
+            release.wait()
+        return _prefers_done(a, b)
+
+    try:
+        with pytest.raises(JudgeStalledError, match=r"^judge_stalled: 3 calls of the judge judge are still running "
+                                                    r"after their 0\.05 s timeout \(each holds a thread\); "):
+            wai.judge_pairs(_pairs(10), judge, concurrency=1, timeout=0.05)
+    finally:
+        release.set()
+    assert len(asked) == 5  # the third call left running stops the next call from starting

@@ -69,6 +69,10 @@ NO_ANSWER = object()  # ``_ask``'s "what the judge returned" for a call that did
 # calls in a row that did not answer in time before judging stops: each leaves a thread behind, and a
 # judge that answers none would otherwise be waited for ``timeout`` seconds a call, for every pair
 STALLED_CALLS = 5
+# calls left running after their timeout (in this process) before judging stops: a judge that hangs now
+# and then, never five times in a row, would otherwise leave a thread behind each time until none can start
+ABANDONED_CALLS = 32
+ABANDONED_NAME = "judge-call-abandoned"
 
 
 class JudgeStalledError(ValueError):
@@ -93,11 +97,16 @@ def _answer_within(judge, a, b, timeout):
     worker.start()
     worker.join(min(timeout, threading.TIMEOUT_MAX))  # a longer wait raises OverflowError: it is no limit anyway
     if not outcome:
-        raise _NoAnswer(f"no answer within {timeout:g} s (judge_timeout)")
+        worker.name = ABANDONED_NAME  # counted by ``_abandoned_calls`` until it ends
+        raise _NoAnswer(f"no answer within {timeout:g} s")
     answered, value = outcome[0]
     if not answered:
         raise value
     return value
+
+
+def _abandoned_calls() -> int:
+    return sum(t.name == ABANDONED_NAME and t.is_alive() for t in threading.enumerate())
 
 
 def check_timeout(timeout):
@@ -123,7 +132,10 @@ def judge_pairs(pairs, judge=None, *, spec=None, swap=True, concurrency=8, api_k
     tie. Up to ``concurrency`` pairs are asked at once (spec 8.5; a judge is usually a remote model);
     results are recorded in order. Returns (pairs, report). ``spec`` and ``api_key`` are the reference's
     (a judge model it calls itself), taken and unused: this library makes no network calls. ``timeout``
-    (ours): seconds a call may take before it counts as a failed judgment; None waits as long as it takes.
+    (ours): seconds a call may take before it counts as a failed judgment. Each call then runs in a thread
+    of its own (a judge holding thread-bound state needs None), and one that timed out may still be running
+    while the next is asked; judging stops (``JudgeStalledError``) after ``STALLED_CALLS`` unanswered calls
+    in a row or with ``ABANDONED_CALLS`` left running. None waits as long as the judge takes.
     """
     judging = PairwiseJudging(judge, swap=swap, examples=examples, timeout=timeout)
     refuse_pairs_with_report(pairs, "judge_pairs")
@@ -213,6 +225,11 @@ class PairwiseJudging:
                     f"judge_stalled: the judge {self.name} answered none of {STALLED_CALLS} calls in a row within "
                     f"{self.timeout:g} s each; judging stopped there. Check that the judge's model or endpoint "
                     "is up, or raise the timeout (judge_timeout) if it is that slow.")
+            if (left := _abandoned_calls()) >= ABANDONED_CALLS:
+                raise JudgeStalledError(
+                    f"judge_stalled: {left} calls of the judge {self.name} are still running after their "
+                    f"{self.timeout:g} s timeout (each holds a thread); judging stopped there. Check the judge's "
+                    "model or endpoint, or raise the timeout (judge_timeout) if it is that slow.")
         answer = _ask(self.judge, a, b, self.timeout)
         with self._stalled_lock:
             self._stalled = self._stalled + 1 if answer[2] is NO_ANSWER else 0

@@ -129,9 +129,11 @@ class PairsConfig(_Options):
     )
 
     judge_timeout: Optional[float] = Field(
-        default=600.0,
-        description="Seconds one judge call may take before it counts as a failed judgment (null: no limit). "
-        "A stalled connection to a judge model otherwise holds the step, and the run's lock, for good.",
+        default=None,
+        description="Seconds one judge call may take before it counts as a failed judgment; null: no limit, "
+        "and each call runs on the step's own thread. Set it for a judge that calls a remote model: a stalled "
+        "connection otherwise holds the step, and the run's lock, for good. With it, each call runs in a "
+        "thread of its own (a judge keeping thread-bound state, e.g. a sqlite connection, needs null).",
     )
 
     @field_validator("judge_timeout")
