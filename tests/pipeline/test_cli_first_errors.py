@@ -20,7 +20,7 @@ def _run(cli_module, capsys, *args):
 
 @pytest.mark.parametrize("text, said", [
     ("mask_mod: final\n", "unknown option(s) ['mask_mod'] (did you mean 'mask_mode' for 'mask_mod'?)"),
-    ("judge_threads: 8\n", "unknown option(s) ['judge_threads']; known:"),
+    ("parallel_judges: 8\n", "unknown option(s) ['parallel_judges']; known:"),  # no option is near it
     ("max_pairs_per_prompt: 0\n", "max_pairs_per_prompt must be at least 1"),
     ("min_margin: abc\n", "min_margin: Input should be a valid number"),
     ("ops:\n  sft_export:\n    config:\n      mask_modes: final\n", 'unexpected config entry "mask_modes"'),
