@@ -47,6 +47,7 @@ NO_REPLY = re.compile(r"^(\d+) of (\d+) rows have no assistant turn")  # ours: n
 EMPTY_REPLY = re.compile(r"^(\d+) of (\d+) rows train an assistant turn with no text and no tool call")  # ours
 TWO_SYSTEMS = re.compile(r"^(\d+) of (\d+) rows hold their own system message and were given the system prompt too")
 WEIGHTED = re.compile(r"^(\d+) of (\d+) rows carry a per-message weight")  # ours
+CRASHED_ROWS = re.compile(r"^(\d+) of (\d+) rows are crashed rollouts")  # ours
 D12_CHOSEN = re.compile(r"^(\d+) of (\d+) chosen replies quote their own privileged context")
 TRL_USER_TURNS = re.compile(r"^(\d+) of (\d+) pairs have a user or system turn inside chosen or rejected")
 D12_REJECTED = re.compile(r"^(\d+) rejected replies quote their own privileged context")
@@ -246,7 +247,7 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
                                                        "openai_mask": OPENAI_MASK, "no_rows": NO_ROWS,
                                                        "skipped": SKIPPED, "no_reply": NO_REPLY,
                                                        "empty_reply": EMPTY_REPLY, "two_systems": TWO_SYSTEMS,
-                                                       "weighted": WEIGHTED})
+                                                       "weighted": WEIGHTED, "crashed": CRASHED_ROWS})
     # DECISIONS 6: warn when a row with tool calls is exported with no tools or no system prompt
     with_calls = _rows_with_calls(pred)
     exp_extra = set()
@@ -292,6 +293,10 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
         isinstance(m, dict) and "weight" in m for m in r["messages"]))
     if weighted:
         exp_extra.add("weighted")
+    # ours: rows the agent crashed in (final_text starts "<agent error", spec 1.1) are SFT targets all the same
+    crashed = sum(1 for r in rows if isinstance(r, dict) and str(r.get("final_text") or "").startswith("<agent error"))
+    if crashed:
+        exp_extra.add("crashed")
     if not rows and iter(src) is src:
         exp_extra.add("no_rows")  # ours: an iterator that gave nothing (one read twice, say) is said to be empty
     assert set(extra) == exp_extra, f"DECISIONS 6/16 warnings: expected {sorted(exp_extra)}, got {our_warnings}\n{ctx}"
@@ -313,6 +318,8 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
             assert extra[name].groups() == (str(count), str(n_out)), extra[name].group(0)
     if "weighted" in extra:
         assert extra["weighted"].groups() == (str(weighted), str(len(rows))), extra["weighted"].group(0)
+    if "crashed" in extra:
+        assert extra["crashed"].groups() == (str(crashed), str(len(rows))), extra["crashed"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     if fmt == "trl":  # DECISIONS 16
         trl_loss = ours_rep.pop("trl_loss")

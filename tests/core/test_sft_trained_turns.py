@@ -116,3 +116,22 @@ def test_rows_of_an_openai_file_given_back_as_a_run_are_said_to_lose_their_weigh
         assert all("weight" not in m for m in first["messages"])
     report = wai.export_dataset([plain], tmp_path / "plain.jsonl")
     assert not [w for w in report.get("warnings", []) if "weight" in w]
+
+
+def test_crashed_rollouts_exported_as_sft_targets_are_said(tmp_path):
+    """A rollout the agent crashed in (final_text '<agent error: ...>', spec 1.1) ends on the error text as an
+    assistant turn: exported, the model learns to answer with it. The preference export warned of such
+    sides; the SFT export, which trains the text itself, said nothing (an ungraded row has no reward warning)."""
+    crashed = {"prompt": "Refund order A", "steps": [{"tool": "lookup", "arguments": {"id": "A"}, "result": "ok"}],
+               "final_text": "<agent error: RateLimitError: 429>"}
+    fine = {"prompt": "Refund order B", "final_text": "Refunded.", "reward": 1}
+    for fmt in ("openai", "trl"):
+        report = wai.export_dataset([crashed, fine, fine], tmp_path / f"{fmt}.jsonl", format=fmt)
+        said = [w for w in report.get("warnings", []) if "crashed" in w]
+        assert said == ["1 of 3 rows are crashed rollouts (final_text '<agent error: ...>'): exported as SFT targets, "
+                        "they teach the model the error text as its reply. Leave rows whose final_text starts with "
+                        "'<agent error' out of the export, or rerun them."]
+        first = json.loads((tmp_path / f"{fmt}.jsonl").read_text().splitlines()[0])
+        assert first["messages"][-1] == {"role": "assistant", "content": "<agent error: RateLimitError: 429>"}
+    report = wai.export_dataset([fine], tmp_path / "fine.jsonl")
+    assert not [w for w in report.get("warnings", []) if "crashed" in w]

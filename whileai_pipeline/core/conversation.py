@@ -3,6 +3,14 @@
 from .text import pyjson, text
 
 
+AGENT_ERROR = "<agent error"  # how a rollout the agent crashed in ends its final_text (spec 1.1)
+
+
+def crashed_rollout(row) -> bool:
+    """A rollout the agent crashed in: its ``final_text`` is the error, which ``conversation`` ends on."""
+    return text(row.get("final_text") or "").startswith(AGENT_ERROR)
+
+
 def conversation(row, tool_text=True) -> list:
     """Messages in the loose shape: tool calls as ``{"name", "arguments"}``, tool results as text.
 
@@ -44,7 +52,7 @@ def conversation(row, tool_text=True) -> list:
             messages.append({"role": "assistant", "content": spoken})
 
     final = text(row.get("final_text") or "")
-    if not final.startswith("<agent error"):
+    if not final.startswith(AGENT_ERROR):
         while len(messages) > 1 and messages[-1].get("role") == "user":
             messages.pop()
     if not final:

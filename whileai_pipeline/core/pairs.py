@@ -27,6 +27,7 @@ from .gates import scrub
 from .groups import KeyIndex
 from .parallel import PartFiles, append_part, create_part
 from .progress import check_progress, tick
+from .conversation import AGENT_ERROR
 from .text import normalize, text
 
 MIN_MARGIN_ERROR = "min_margin must be positive; equal scores carry no preference"
@@ -118,7 +119,7 @@ def _assistant_turns(row, final):
             said.append(spoken)
             last_role = last_not_user = "assistant"
     # conversation() drops trailing user turns (keeping at least one message) unless the agent errored
-    ends = last_role if final.startswith("<agent error") else last_not_user
+    ends = last_role if final.startswith(AGENT_ERROR) else last_not_user
     return said, ends == "assistant"
 
 

@@ -5,7 +5,7 @@ import time
 from itertools import islice
 
 from .arguments import refuse_pairs_with_report
-from .conversation import conversation
+from .conversation import conversation, crashed_rollout
 from .errors import ExportError, NoPreferencePairsError, PrivilegedLeakError, RoundtripInvalidError
 from .gates import (
     ENCODINGS,
@@ -24,7 +24,6 @@ from .progress import check_progress, tick
 from .rows import SchemaCheck, preference_problems, stamp
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
 from .spool import Spool
-from .text import text
 from .trl import first_assistant_index, trl_preference_row
 from .wire import ObjectTexts, has_tool_calls, to_wire
 
@@ -107,7 +106,7 @@ def _pair_outcomes(item, plans):
     leak = leak_outcome(item["chosen"], rebuilt=rebuilt.get("chosen"), strip_think=strip)
     rejected_quotes = bool(leak_verdict(item["rejected"], rebuilt=rebuilt.get("rejected"), strip_think=strip))
     length_cut = item["chosen"].get("finish_reason") == "length"  # the reply the trainer pushes up stops mid-way
-    crashed = _crashed(item["chosen"]) or _crashed(item["rejected"])  # a side the model never produced
+    crashed = crashed_rollout(item["chosen"]) or crashed_rollout(item["rejected"])  # a side the model never produced
     # where each side's reply starts (-1: none); the TRL reshape parts the same messages there
     chosen_at, rejected_at = first_assistant_index(entry["chosen"]), first_assistant_index(entry["rejected"])
     replied = chosen_at >= 0 and rejected_at >= 0
@@ -233,11 +232,6 @@ def _counted_margin(margin) -> bool:
     except OverflowError:
         return False
     return True
-
-
-def _crashed(row) -> bool:
-    """A rollout the agent crashed in: its ``final_text`` is the error (spec 1.1), as ``conversation`` tells."""
-    return text(row.get("final_text") or "").startswith("<agent error")
 
 
 def _other_context(entry, chosen_at, rejected_at) -> bool:

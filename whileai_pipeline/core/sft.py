@@ -17,7 +17,7 @@ import json
 import math
 import time
 
-from .conversation import conversation
+from .conversation import conversation, crashed_rollout
 from .datasets_types import big_ints_of
 from .errors import ExportError, PrivilegedLeakError, RoundtripInvalidError
 from .exact_numbers import has_long_digit_run
@@ -70,8 +70,8 @@ class _SftPlan:
 def _sft_outcomes(raw, plans, long_run=None):
     """What one source row contributes to an export in each format of ``plans``, converted once.
 
-    One outcome per plan: (leak facts, (cut by the token cap, carries weights), [(schema problems, group
-    summary, written or None) per training row]). A pure function of (row, plans), so it can run in any
+    One outcome per plan: (leak facts, (cut by the token cap, carries weights, crashed), [(schema problems,
+    group summary, written or None) per training row]). A pure function of (row, plans), so it can run in any
     process; each format's ``_SftTally`` then adds its outcomes up in source order, which keeps the
     output identical however the work was spread. None for a source line that is not an object.
     The plans share every conversion setting (``_plans``): only the format differs. ``long_run``:
@@ -92,7 +92,7 @@ def _sft_outcomes(raw, plans, long_run=None):
         group = row_summary(entry) if base.summarize_groups else None
         for plan, written in zip(plans, entries):
             written.append((problems, group, _written(entry, plan, objects, long_run)))
-    flags = (raw.get("finish_reason") == "length", _carries_weights(raw.get("messages")))
+    flags = (raw.get("finish_reason") == "length", _carries_weights(raw.get("messages")), crashed_rollout(raw))
     return [(leak, flags, written) for written in entries]
 
 
@@ -244,6 +244,7 @@ class _SftTally:
         self.empty_reply = 0  # rows that train an assistant turn with no text and no tool call
         self.two_systems = 0  # rows with their own system message besides the export's system prompt
         self.weighted = 0  # source rows whose messages carry a weight (``_carries_weights``)
+        self.crashed = 0  # source rows the agent crashed in (``crashed_rollout``)
         self.big_int_rows = 0  # TRL rows holding an integer beyond int64 (``_big_ints``), the first one's
         self.first_big_int = None  # (output line, where, value)
 
@@ -260,10 +261,11 @@ class _SftTally:
         if outcome is None:
             self.rows_skipped += 1
             return
-        leak, (length_cut, weighted), entries = outcome
+        leak, (length_cut, weighted, crashed), entries = outcome
         self.leaks.record(leak)
         self.n_length_cut += length_cut
         self.weighted += weighted
+        self.crashed += crashed
         for problems, group, written in entries:
             if problems:
                 self.schema.add(self.n_entries, problems, line and f"{self.source_path}:{line}")
@@ -675,6 +677,11 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             f"{t.weighted} of {t.rows_read} rows carry a per-message weight (rows of an OpenAI fine-tuning file, not "
             f"of a simulation run?): the export {writes}, so a turn weighted 0 there may be trained here. Export "
             "the run those rows were made from.")
+    if t.crashed:
+        warnings.append(
+            f"{t.crashed} of {t.rows_read} rows are crashed rollouts (final_text '<agent error: ...>'): exported as "
+            "SFT targets, they teach the model the error text as its reply. Leave rows whose final_text starts "
+            "with '<agent error' out of the export, or rerun them.")
     if t.rows_skipped:  # DECISIONS 15 counts them; the spec skips them without a word
         warnings.append(
             f"{t.rows_skipped} of {t.rows_read} rows are not objects and were skipped (a whole JSON array of rows "
