@@ -75,6 +75,8 @@ def _is_export_report(path) -> bool:
     the digest of what it wrote), not some other JSON file of that name."""
     import orjson
 
+    from whileai_pipeline.core.gates import FORMATS
+
     try:
         if os.path.getsize(path) > REPORT_MAX_BYTES:  # not a report of ours: not worth reading whole
             return False
@@ -82,7 +84,7 @@ def _is_export_report(path) -> bool:
             report = orjson.loads(fh.read())
     except (OSError, ValueError):
         return False
-    return isinstance(report, dict) and report.get("format") in ("openai", "trl") and {
+    return isinstance(report, dict) and report.get("format") in FORMATS and {
         "source_sha256", "sha256", "n_written"} <= report.keys()
 
 

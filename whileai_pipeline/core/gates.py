@@ -47,7 +47,7 @@ def scrub(value):
         if not BLOCKED_KEYS.isdisjoint(value):
             out = {k: v for k, v in value.items() if k not in BLOCKED_KEYS}
         for key, item in (out if out is not None else value).items():
-            if type(item) in _SCALARS:
+            if type(item) in SCALAR_TYPES:
                 continue
             new = scrub(item)
             if new is not item:
@@ -58,7 +58,7 @@ def scrub(value):
     if kind is list or kind is tuple or isinstance(value, (list, tuple)):
         new_items = None
         for i, item in enumerate(value):
-            if type(item) in _SCALARS:
+            if type(item) in SCALAR_TYPES:
                 continue
             new = scrub(item)
             if new is not item:
@@ -71,7 +71,7 @@ def scrub(value):
     return value
 
 
-_SCALARS = frozenset({str, int, float, bool, type(None)})
+SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
 # ---------------------------------------------------------------- round-trip gate

@@ -1015,6 +1015,7 @@ def _one_document_note(path, lines):
     return said + ("write each row on a line of its own, e.g. with whileai_pipeline.write_jsonl(path, rows), "
                    "then validate that file")
 
+
 def run_validate(path, format="openai", *, json_output=False, strict_keys=False, limit=20,
                  out=None, err=None) -> int:
     """The body of ``whileai-pipeline validate FILE --format openai|trl``: print, return an exit code.

@@ -23,11 +23,11 @@ from pathlib import Path
 import orjson
 
 from .arguments import check_rows, whole_number
+from .conversation import AGENT_ERROR
 from .gates import scrub
 from .groups import KeyIndex
 from .parallel import PartFiles, append_part, create_part
 from .progress import check_progress, tick
-from .conversation import AGENT_ERROR
 from .text import normalize, text
 
 MIN_MARGIN_ERROR = "min_margin must be positive; equal scores carry no preference"

@@ -2,7 +2,7 @@
 
 from .conversation import bridge_tool_trace, conversation
 from .errors import ExportError, SchemaInvalidError
-from .gates import _SCALARS, scrub
+from .gates import SCALAR_TYPES, scrub
 from .groups import stamp_groups
 from .masks import check_mask_mode, loss_mask, unroll as unroll_entry
 from .runs import resolve_source
@@ -84,7 +84,7 @@ def convert_row(raw, system, tools, strip_think, mask_mode, unroll, cap, rebuilt
         value = row[key]
         if value is not None:
             # a scalar has nothing to scrub: skipping the call is 1.4 of 7.4 µs a bench row's carried keys
-            entry[key] = value if type(value) in _SCALARS else scrub(value)
+            entry[key] = value if type(value) in SCALAR_TYPES else scrub(value)
     if unroll:
         return [stamp(s) for s in unroll_entry(entry, row, stats.cuts)]
     return [stamp(entry)]
