@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -36,11 +37,11 @@ def test_a_judge_call_that_does_not_answer_in_time_is_a_failed_judgment(concurre
     release = threading.Event()
     try:
         pairs, report = wai.judge_pairs(_pairs(4), _stalls_on("Refund order 1", release), concurrency=concurrency,
-                                        timeout=0.3)
+                                        timeout=1)  # the answers come in ms: a second leaves room on a busy machine
     finally:
         release.set()
     assert [p["pairwise"]["winner"] for p in pairs] == ["chosen", None, "chosen", "chosen"]
-    assert pairs[1]["pairwise"]["reasons"] == ["TimeoutError: no answer within 0.3 s"] * 2
+    assert pairs[1]["pairwise"]["reasons"] == ["TimeoutError: no answer within 1 s"] * 2
     assert report["failed"] == 1 and report["n_judged"] == 3
 
 
@@ -110,10 +111,10 @@ def test_answered_calls_between_unanswered_ones_keep_judging_going():
         return _prefers_done(a, b)
 
     try:
-        pairs, report = wai.judge_pairs(_pairs(8), judge, concurrency=1, timeout=0.05)
+        pairs, report = wai.judge_pairs(_pairs(6), judge, concurrency=1, timeout=1)
     finally:
         release.set()
-    assert report["failed"] == 4 and report["n_judged"] == 4 and len(asked) == 16
+    assert report["failed"] == 3 and report["n_judged"] == 3 and len(asked) == 12  # 6 unanswered, never 5 in a row
 
 
 def test_a_timeout_longer_than_threads_can_wait_still_waits_for_the_answer():
@@ -130,6 +131,7 @@ def test_judging_stops_when_too_many_calls_are_left_running(monkeypatch):
     from whileai_pipeline.core import judge as judge_mod
 
     monkeypatch.setattr(judge_mod, "ABANDONED_CALLS", 3)
+    _no_calls_left_running()  # the count is the process's: another test's hung calls still ending would add up
     release, asked = threading.Event(), []
 
     def judge(a, b):  # the first call about every pair hangs, the swapped one answers
@@ -140,8 +142,17 @@ def test_judging_stops_when_too_many_calls_are_left_running(monkeypatch):
 
     try:
         with pytest.raises(JudgeStalledError, match=r"^judge_stalled: 3 calls of the judge judge are still running "
-                                                    r"after their 0\.05 s timeout \(each holds a thread\); "):
-            wai.judge_pairs(_pairs(10), judge, concurrency=1, timeout=0.05)
+                                                    r"after their 1 s timeout \(each holds a thread\); "):
+            wai.judge_pairs(_pairs(10), judge, concurrency=1, timeout=1)
     finally:
         release.set()
     assert len(asked) == 5  # the third call left running stops the next call from starting
+
+
+def _no_calls_left_running():
+    from whileai_pipeline.core import judge as judge_mod
+
+    deadline = time.monotonic() + 30
+    while judge_mod._abandoned_calls() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not judge_mod._abandoned_calls()
