@@ -330,6 +330,8 @@ def run_case(case, inp, work, opts, env_extra=None, timeout=3600):
     proc.returncode = os.waitstatus_to_exitcode(status)
     result = {"case": case, "wall_seconds": wall, "exit_code": proc.returncode,
               "rss_wait4_mb": usage.ru_maxrss / 1024, "rss_tree_sampled_mb": peak_tree / MB,
+              # the case's processes together (wait4 counts the workers it reaped): how many cores it kept busy
+              "cpu_user_seconds": usage.ru_utime, "cpu_sys_seconds": usage.ru_stime,
               "loadavg_before": load_before[0], "loadavg_after": os.getloadavg()[0],
               "env": env_extra or {}, "git_head": head, "page_cache": page_cache}
     if proc.returncode == 0 and result_path.is_file():
@@ -456,6 +458,9 @@ def table(results):
         if len(r.get("all_seconds", ())) > 1:
             notes.append("best of " + ", ".join("-" if x is None else f"{x:.1f}" for x in r["all_seconds"]) + " s")
         notes.append(f"wall {r['wall_seconds']:.1f} s")
+        if r.get("cpu_user_seconds") is not None:
+            cpu = r["cpu_user_seconds"] + r["cpu_sys_seconds"]
+            notes.append(f"CPU {cpu:.1f} s ({r['cpu_sys_seconds']:.1f} system), {cpu / r['wall_seconds']:.1f} cores")
         lines.append(
             f"| {r['case']} | {r.get('rows')} | {r['seconds']:.2f} | {_fmt(r.get('rows_per_s'), ',.0f')} | "
             f"{_fmt(r.get('mb_per_s'), '.1f')} | {_fmt(r['out_bytes'] / MB if r.get('out_bytes') else None, ',.0f')} | "

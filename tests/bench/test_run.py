@@ -49,3 +49,15 @@ def test_report_reprints_the_run_header(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "## run-3000-20kb-s0.jsonl: 3000 rows, 55 MB"  # what the run itself printed
     assert lines[2:] == run.table([result]).splitlines()
+
+
+def test_a_case_records_the_cpu_time_of_its_processes(tiny, tmp_path):
+    opts = {"settle_page_cache": False}
+    result = run._derive(run.run_case("floor", tiny, tmp_path, opts))
+    assert result["exit_code"] == 0, result.get("log_tail")
+    # an interpreter that starts, imports and copies the rows uses some CPU, and never more than two cores'
+    # worth of the wall time it ran (the floor is one process)
+    cpu = result["cpu_user_seconds"] + result["cpu_sys_seconds"]
+    assert 0 < cpu <= 2 * result["wall_seconds"]
+    note = f"CPU {cpu:.1f} s ({result['cpu_sys_seconds']:.1f} system), {cpu / result['wall_seconds']:.1f} cores"
+    assert note in run.table([result])
