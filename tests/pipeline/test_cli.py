@@ -844,3 +844,21 @@ def test_a_file_where_the_locks_folder_goes_is_said_not_a_traceback(home, tmp_pa
     with pytest.raises(WriteFailedError, match=rf"^write_failed: {home / 'locks' / 'night.lock'}: File exists"):
         with PipelineStorage(root=str(home)).partition_lock("night"):
             pass
+
+
+def test_a_pipe_or_device_is_not_called_missing(home, tmp_path, monkeypatch, capsys):
+    """``run <(zcat run.jsonl.gz)`` or ``/dev/null``: the path exists, so "no such run file" would send the
+    user looking for a typo; the message says it is not a regular file, and nothing runs (exit 2)."""
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.setenv("WHILEAI_PIPELINE_HOME", str(home))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    fifo = tmp_path / "piped.jsonl"
+    os.mkfifo(fifo)
+    for command, extra in (("run", []), ("register", []), ("validate", ["--format", "openai"])):
+        for path in (fifo, Path(os.devnull)):
+            assert cli_module.main([command, str(path), *extra]) == 2
+            err = capsys.readouterr().err
+            assert "no such" not in err, err
+            assert f"{path} is not a regular file" in err, err
+    assert not (home / "inbox").exists() or list((home / "inbox").iterdir()) == []

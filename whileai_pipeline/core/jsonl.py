@@ -330,6 +330,9 @@ def require_file(path, what, hint):
     if is_dir:
         raise IsADirectoryError(f"{path} is a directory, not a {what}: pass a .jsonl file in it, e.g. "
                                 f"{path / '<name>.jsonl'}")
+    if path.exists():  # a pipe (``<(zcat run.gz)``), a device, a socket: there, but not a file to copy
+        raise FileNotFoundError(f"{path} is not a regular file (a pipe, device or socket), not a {what}: write it "
+                                f"to a file first ({hint})")
     if looks_like_json_text(path):
         raise FileNotFoundError(f"no such {what}: got {str(path)!r:.60}, which looks like JSON text, not a path "
                                 f"({hint})")
