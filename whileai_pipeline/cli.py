@@ -718,8 +718,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StdoutReaderMayLeave:
+    """``sys.stdout`` for a command whose reader may leave early (``whileai-pipeline run x | head -1``): what
+    is printed after that is dropped and the command goes on to its own exit code, so a refused export
+    still exits 1 (under ``set -o pipefail`` a 0 would pass a CI step whose gate blocked)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._gone = False
+
+    def write(self, text):
+        if not self._gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._reader_left()
+        return len(text)
+
+    def flush(self):
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._reader_left()
+
+    def _reader_left(self):
+        self._gone = True
+        try:  # what is still buffered, flushed at exit, goes nowhere rather than into a second EPIPE
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        except (OSError, ValueError, io.UnsupportedOperation):
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    stdout = sys.stdout
+    sys.stdout = _StdoutReaderMayLeave(stdout)
+    try:
+        return _main(args)
+    finally:
+        sys.stdout = stdout
+
+
+def _main(args) -> int:
     try:
         if args.command == "run":
             return run_chain(args.path, config_file=args.config, name=args.name, home=args.home,

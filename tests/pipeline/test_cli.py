@@ -862,3 +862,24 @@ def test_a_pipe_or_device_is_not_called_missing(home, tmp_path, monkeypatch, cap
             assert "no such" not in err, err
             assert f"{path} is not a regular file" in err, err
     assert not (home / "inbox").exists() or list((home / "inbox").iterdir()) == []
+
+
+def test_a_reader_that_leaves_early_does_not_turn_a_refused_export_into_exit_0(home, tmp_path):
+    """``whileai-pipeline run leaky.jsonl | head -1`` under ``set -o pipefail``: the reader leaves after the
+    first line, the lines printed after the run then meet a closed pipe; the exit code is still the run's
+    (1: a gate blocked the export), not 0, and no traceback is printed."""
+    rows, _ = leaking_rows()
+    src = write_rows(tmp_path / "incoming" / "leaky.jsonl", rows)
+    env = {**os.environ, "WHILEAI_PIPELINE_HOME": str(home)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.pop("DAGSTER_HOME", None)
+    command = [SCRIPT] if SCRIPT else [sys.executable, "-m", "whileai_pipeline.cli"]
+    proc = subprocess.Popen(command + ["run", str(src)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 1, (first, err)
+    assert b"run 'leaky'" in first
+    assert "Traceback" not in err, err
+    assert not (home / "published" / "leaky").exists()
