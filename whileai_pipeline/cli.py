@@ -58,6 +58,10 @@ def _run_file(path) -> Path:
         require_file(path, "run file", "pass the path of a .jsonl run")
     except OSError as exc:
         raise UsageError(str(exc)) from None
+    if packed := _compressed(path):
+        kind, tool = packed
+        raise UsageError(f"{path} is {kind}-compressed, not a JSONL run: decompress it first (e.g. {tool} {path}) "
+                         "and pass the .jsonl file it gives")
     report = report_file(path)
     if path.name.endswith(".jsonl") and _is_export_report(report):
         # exported again, its rows would be read as conversations (SFT: each message's weight dropped) or
@@ -65,6 +69,24 @@ def _run_file(path) -> Path:
         raise UsageError(f"{path} is a training file this pipeline exported ({report.name} beside it is its "
                          "report), not a simulation run: pass the run file it was made from")
     return path
+
+
+COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"\x28\xb5\x2f\xfd", "zstd", "zstd -d"),
+              (b"BZh", "bzip2", "bunzip2 -k"), (b"\xfd7zXZ\x00", "xz", "unxz -k"))
+
+
+def _compressed(path):
+    """(kind, the command that decompresses it) when ``path`` starts with a compressor's magic bytes: read as
+    text, its first line would be "invalid UTF-8 ... fix or remove that line"."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(6)
+    except OSError:
+        return None
+    for magic, kind, tool in COMPRESSED:
+        if head.startswith(magic):
+            return kind, tool
+    return None
 
 
 REPORT_MAX_BYTES = 64 << 20

@@ -883,3 +883,23 @@ def test_a_reader_that_leaves_early_does_not_turn_a_refused_export_into_exit_0(h
     assert b"run 'leaky'" in first
     assert "Traceback" not in err, err
     assert not (home / "published" / "leaky").exists()
+
+
+def test_a_compressed_run_is_bad_usage_that_says_to_decompress_it(home, tmp_path, monkeypatch, capsys):
+    """``run night.jsonl.gz``: read as text, its first line is "invalid UTF-8 ... Fix or remove that line",
+    which sends the user to edit bytes of a gzip stream, after the compressed file was copied into the inbox
+    as a run. It is refused before anything is copied, saying what it is and what to do."""
+    import gzip
+
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.setenv("WHILEAI_PIPELINE_HOME", str(home))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    packed = tmp_path / "night.jsonl.gz"
+    packed.write_bytes(gzip.compress(SAMPLE.read_bytes()))
+    for command in ("run", "register"):
+        assert cli_module.main([command, str(packed)]) == 2
+        err = capsys.readouterr().err
+        assert f"{packed} is gzip-compressed" in err and "decompress" in err, err
+        assert "Fix or remove that line" not in err, err
+    assert not (home / "inbox").exists() or list((home / "inbox").iterdir()) == []
