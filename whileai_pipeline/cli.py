@@ -450,15 +450,15 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     except ValueError as exc:  # a bad setting the definitions or the steps read, e.g. $WHILEAI_PIPELINE_CRON
         raise UsageError(str(exc)) from None
 
-    storage = _storage(home)
     if not verbose:
         run_config = {**run_config, "loggers": {"console": {"config": {"log_level": "ERROR"}}}}
     job = defs.resolve_job_def("simulation_chain")
-    try:  # an unknown key in an ``ops:`` file, before the run is registered: nothing runs
+    try:  # an unknown key in an ``ops:`` file, before the run is registered (or its root made): nothing runs
         # execute_in_process runs on its own executor and takes any ``execution:`` block: check the rest
         dg.validate_run_config(job, {k: v for k, v in run_config.items() if k != "execution"})
     except dg.DagsterInvalidConfigError as exc:
-        raise UsageError(f"invalid config: {exc}{in_file}") from None
+        raise UsageError(f"invalid config: {_config_error(exc)}{in_file}") from None
+    storage = _storage(home)
     if not verbose and out.isatty():
         _attach_progress_bars(out)
     capture = contextlib.nullcontext([]) if verbose else _stderr_held_back()
@@ -482,7 +482,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
                     raise_on_error=False,
                 )
         except dg.DagsterInvalidConfigError as exc:
-            raise UsageError(f"invalid config: {exc}{in_file}") from None
+            raise UsageError(f"invalid config: {_config_error(exc)}{in_file}") from None
         except Exception as exc:
             full = _disk_full(exc)
             if full is None:
@@ -507,6 +507,21 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     if blocked:
         print(_blocked_line(blocked, storage, key), file=out)
     return EXIT_FAILED
+
+
+def _config_error(exc) -> str:
+    """Dagster's config error without the stack traces it appends to a failed post-processing (an unset
+    ``{env: NAME}``): its code's frames say nothing the user can act on; the sentence before them does."""
+    lines, skipping = [], False
+    for line in str(exc).splitlines():
+        if line.strip() == "Stack Trace:":
+            skipping = True
+        elif skipping and (not line.strip() or line.startswith("  ")):
+            continue
+        else:
+            skipping = False
+            lines.append(line.removeprefix("dagster._config.errors.PostProcessingError: "))
+    return "\n".join(lines).rstrip()
 
 
 def _blocked_line(blocked, storage, key):

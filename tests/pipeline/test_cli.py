@@ -903,3 +903,23 @@ def test_a_compressed_run_is_bad_usage_that_says_to_decompress_it(home, tmp_path
         assert f"{packed} is gzip-compressed" in err and "decompress" in err, err
         assert "Fix or remove that line" not in err, err
     assert not (home / "inbox").exists() or list((home / "inbox").iterdir()) == []
+
+
+def test_an_unset_env_variable_in_an_ops_config_is_one_clear_line_and_leaves_no_folder(tmp_path, monkeypatch, capsys):
+    """``root: {env: NAME}`` with NAME unset: Dagster's error carries a "Stack Trace:" of its config code; the
+    CLI says which variable is unset without it, and makes no storage root (./whileai_data) on the way."""
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.delenv("WHILEAI_PIPELINE_HOME", raising=False)
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.delenv("NOT_SET_FOR_THIS_TEST", raising=False)
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "ops.yaml"
+    config.write_text("ops: {}\nresources:\n  storage:\n    config:\n      root: {env: NOT_SET_FOR_THIS_TEST}\n")
+    src = tmp_path / "my_run.jsonl"
+    shutil.copyfile(SAMPLE, src)
+    assert cli_module.main(["run", str(src), "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "NOT_SET_FOR_THIS_TEST" in err and "is not set" in err, err
+    assert "Stack Trace" not in err and 'File "' not in err, err
+    assert not (tmp_path / "whileai_data").exists()
