@@ -923,3 +923,27 @@ def test_an_unset_env_variable_in_an_ops_config_is_one_clear_line_and_leaves_no_
     assert "NOT_SET_FOR_THIS_TEST" in err and "is not set" in err, err
     assert "Stack Trace" not in err and 'File "' not in err, err
     assert not (tmp_path / "whileai_data").exists()
+
+
+@pytest.mark.parametrize("on_bad_line", ["fail", "quarantine"])
+def test_a_run_written_as_one_json_array_says_so(home, tmp_path, monkeypatch, capsys, on_bad_line):
+    """``json.dump(rows, f)``: the whole run is one line holding a JSON array of rows. "expected a JSON object,
+    got list. Fix or remove that line" would have the user delete the only line; the step says it is the
+    whole run as one array and how to write JSONL (the library's export says as much in its warning)."""
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.setenv("WHILEAI_PIPELINE_HOME", str(home))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    src = tmp_path / "dumped.json"
+    src.write_bytes(orjson_dumps(sample_rows()))
+    config = tmp_path / "opts.yaml"
+    config.write_text(f"on_bad_line: {on_bad_line}\n")
+    assert cli_module.main(["run", str(src), "--config", str(config)]) == 1
+    out = capsys.readouterr().out
+    assert "one JSON array" in out and "write_jsonl" in out, out
+
+
+def orjson_dumps(value):
+    import orjson
+
+    return orjson.dumps(value) + b"\n"

@@ -40,7 +40,8 @@ from . import journal
 from .publishing import GATES, discard, failed_gates, publish, reject, rejected_dir_name, report_file, same_refusal
 from .resources import (ENV_HOME, ENV_SETTLE, PartitionLockedError, PipelineStorage, checked_key, copy_atomic,
                         fingerprint, incoming_path, meta_path_for)
-from .summaries import RawStats, dpo_numbers, export_summary_markdown, raw_facts, real, sft_numbers
+from .summaries import (RawStats, dpo_numbers, export_summary_markdown, not_a_trajectory, raw_facts, real,
+                        sft_numbers)
 
 GROUP = "whileai"
 STAGE_RAW, STAGE_SCORED, STAGE_SFT_SOURCE, STAGE_PAIRS = "raw", "scored", "sft_source", "pairs"
@@ -341,7 +342,7 @@ def _copy_with_quarantine(snapshot, src, stage, quarantine, stats) -> tuple:
                 if row is _BLANK:
                     continue
                 if not isinstance(row, dict):
-                    reason = f"expected a JSON object (one trajectory), got {type(row).__name__}"
+                    reason = not_a_trajectory(row)
                 else:
                     reason = shape_problem(row)
             if reason is None:

@@ -47,6 +47,16 @@ def tool_calls_in(row: dict) -> int:
     return 0
 
 
+def not_a_trajectory(value) -> str:
+    """Why a line holding ``value`` (not a JSON object) is no trajectory; a list of objects is most likely
+    the whole run written as one JSON array (``json.dump(rows, f)``), and the reason says so."""
+    reason = f"expected a JSON object (one trajectory), got {type(value).__name__}"
+    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value[:100]):
+        reason += (f" of {len(value)} objects: the whole run written as one JSON array (json.dump(rows, f)?); "
+                   "JSONL holds each row on a line of its own (write_jsonl(path, rows) writes it)")
+    return reason
+
+
 class RawStats:
     """What a run holds: rows, prompts, groups, privileged rows, tool calls, finish reasons, a preview."""
 
@@ -76,7 +86,7 @@ class RawStats:
         and picklable, so worker processes can read a big run and send these back. ``preview``: also its
         preview line."""
         if not isinstance(row, dict):
-            return f"expected a JSON object (one trajectory), got {type(row).__name__}"
+            return not_a_trajectory(row)
         problem = shape_problem(row)
         if problem is not None:
             return problem
