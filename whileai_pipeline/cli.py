@@ -71,22 +71,16 @@ def _run_file(path) -> Path:
     return path
 
 
-COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"\x28\xb5\x2f\xfd", "zstd", "zstd -d"),
-              (b"BZh", "bzip2", "bunzip2 -k"), (b"\xfd7zXZ\x00", "xz", "unxz -k"))
-
-
 def _compressed(path):
     """(kind, the command that decompresses it) when ``path`` starts with a compressor's magic bytes: read as
     text, its first line would be "invalid UTF-8 ... fix or remove that line"."""
+    from whileai_pipeline.core.jsonl import compressed_kind
+
     try:
         with open(path, "rb") as fh:
-            head = fh.read(6)
+            return compressed_kind(fh.read(6))
     except OSError:
         return None
-    for magic, kind, tool in COMPRESSED:
-        if head.startswith(magic):
-            return kind, tool
-    return None
 
 
 REPORT_MAX_BYTES = 64 << 20

@@ -206,3 +206,18 @@ def test_a_pretty_printed_json_document_is_said_to_be_one(tmp_path, opening):
     with pytest.raises(BadJsonlError) as caught:
         list(read_jsonl(path))
     assert caught.value.line == 2 and "opens a JSON document" in str(caught.value)
+
+
+def test_a_compressed_run_read_as_jsonl_says_it_is_compressed(tmp_path):
+    """A gzip run in the inbox (or passed to the library) fails on its first line; "invalid UTF-8 ... fix or
+    remove that line" would send the user into a binary stream: the reason says it is compressed."""
+    import gzip
+
+    import whileai_pipeline.simulations as wai
+
+    src = tmp_path / "night.jsonl"
+    src.write_bytes(gzip.compress(b'{"prompt": "a", "final_text": "b", "reward": 1}\n' * 50))
+    with pytest.raises(ValueError) as err:
+        wai.export_dataset(src, tmp_path / "out.jsonl")
+    assert str(err.value).startswith(f"bad_jsonl: {src}:1: "), str(err.value)
+    assert "gzip-compressed" in str(err.value) and "gunzip" in str(err.value), str(err.value)

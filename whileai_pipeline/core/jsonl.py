@@ -281,10 +281,27 @@ def iter_jsonl_spans(path):
             yield start, len(line), value
 
 
+COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"\x28\xb5\x2f\xfd", "zstd", "zstd -d"),
+              (b"BZh", "bzip2", "bunzip2 -k"), (b"\xfd7zXZ\x00", "xz", "unxz -k"))
+
+
+def compressed_kind(head: bytes):
+    """(kind, the command that decompresses it) when ``head`` (a file's first bytes) is a compressor's
+    magic number, else None: such a file read as JSONL fails on "invalid UTF-8" at its first line."""
+    for magic, kind, tool in COMPRESSED:
+        if head.startswith(magic):
+            return kind, tool
+    return None
+
+
 def _reason(exc, line):
     try:
         line.decode("utf-8")
     except UnicodeDecodeError as uexc:
+        packed = compressed_kind(line)
+        if packed:
+            return (f"invalid UTF-8 at byte {uexc.start}: the file is {packed[0]}-compressed, not JSONL; "
+                    f"decompress it first ({packed[1]} FILE) and read the .jsonl it gives")
         return f"invalid UTF-8 at byte {uexc.start}"
     msg = too_many_digits(line) or str(exc)
     if len(line) > 200:
