@@ -300,8 +300,9 @@ def _register(storage, instance, path, name=None) -> str:
     return key
 
 
-def _export_lines(result):
-    """One line per export format: where it went (after a line on quarantined input, if any)."""
+def _export_lines(result, storage, key):
+    """One line per export format: where it went (after a line on quarantined input, if any); for an export a
+    failed step left unmade, the files of an earlier export of the run that stay published."""
     lines = []
     for event in result.get_asset_materialization_events():
         md = event.materialization.metadata
@@ -315,7 +316,9 @@ def _export_lines(result):
         mats = [e for e in result.get_asset_materialization_events()
                 if e.asset_key.to_user_string() == asset]
         if not mats:
-            lines.append(f"  {asset}: not materialized")
+            live = _still_published(storage, key, asset)
+            lines.append(f"  {asset}: not materialized" + (
+                f"; the earlier export is still published: {', '.join(map(str, live))}" if live else ""))
             continue
         md = mats[-1].materialization.metadata
         status = md["status"].value if "status" in md else "?"
@@ -491,7 +494,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     if any(held):
         sys.stderr.write(b"".join(held).decode("utf-8", "replace"))
     print(f"dagster run {result.run_id} ({'success' if result.success else 'FAILED'})", file=out)
-    for line in _export_lines(result):
+    for line in _export_lines(result, storage, key):
         print(line, file=out)
     if result.success:
         return EXIT_OK
@@ -518,15 +521,18 @@ def _config_error(exc) -> str:
     return "\n".join(lines).rstrip()
 
 
-def _blocked_line(blocked, storage, key):
-    """What a refusal did to ``published/``: the earlier files stay, or (a run's first export) there are none."""
+def _still_published(storage, key, asset) -> list:
+    """The files ``published/`` holds for an export of the run, in format order."""
     from whileai_pipeline.core.gates import FORMATS
 
-    def has_published(asset):
-        return any(storage.published_path(key, asset.removesuffix("_export"), fmt).is_file() for fmt in FORMATS)
+    paths = (storage.published_path(key, asset.removesuffix("_export"), fmt) for fmt in FORMATS)
+    return [path for path in paths if path.is_file()]
 
+
+def _blocked_line(blocked, storage, key):
+    """What a refusal did to ``published/``: the earlier files stay, or (a run's first export) there are none."""
     blocked = sorted(blocked, key=lambda a: (a != "sft_export", a))
-    kept = [a for a in blocked if has_published(a)]
+    kept = [a for a in blocked if _still_published(storage, key, a)]
     fresh = [a for a in blocked if a not in kept]
     parts = []
     if kept:

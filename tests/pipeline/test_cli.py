@@ -947,3 +947,32 @@ def orjson_dumps(value):
     import orjson
 
     return orjson.dumps(value) + b"\n"
+
+
+def test_a_step_failure_after_a_good_export_says_the_earlier_exports_are_still_published(home, tmp_path,
+                                                                                          monkeypatch):
+    """A gate refusal says the published files were left untouched; a step that fails before the exports
+    (here the raw stage, on a bad line) said only "not materialized", which leaves the user to guess
+    whether the run's published files are gone, stale or half-written."""
+    from whileai_pipeline.cli import run_chain
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    src = tmp_path / "night.jsonl"
+    write_rows(src, sample_rows())
+    assert run_chain(src, home=home, out=io.StringIO()) == 0
+    published = tree_bytes(home / "published")
+    src.write_bytes(SAMPLE.read_bytes().replace(b"\n", b"\n{not json\n", 1))
+    out = io.StringIO()
+    assert run_chain(src, home=home, out=out) == 1
+    text = out.getvalue()
+    assert tree_bytes(home / "published") == published
+    for kind, asset in (("sft", "sft_export"), ("dpo", "dpo_export")):
+        live = ", ".join(str(home / "published" / "night" / f"{kind}.{fmt}.jsonl") for fmt in ("openai", "trl"))
+        assert f"  {asset}: not materialized; the earlier export is still published: {live}\n" in text, text
+    # a run's first materialization that fails has nothing published to speak of
+    first = tmp_path / "first.jsonl"
+    first.write_bytes(src.read_bytes())
+    out = io.StringIO()
+    assert run_chain(first, home=home, out=out) == 1
+    assert "  sft_export: not materialized\n" in out.getvalue(), out.getvalue()
+    assert "  dpo_export: not materialized\n" in out.getvalue(), out.getvalue()
