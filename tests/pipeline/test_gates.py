@@ -1,8 +1,9 @@
 """What must be shown, points 3 and 4: a failed gate fails the run, stops downstream, never replaces
 the published export, and keeps the candidate under rejected/; validate=False publishes with WARN."""
 
-import os
+import json
 import math
+import os
 
 import dagster as dg
 import orjson
@@ -166,6 +167,33 @@ def test_leak_check_with_nothing_to_read_passes_with_warn(chain):
         assert ev.description.startswith("NOTHING TO READ: checked 0 of")
         assert "says nothing about leaks" in ev.description
     assert materialization(result, "raw_simulation_data")["rows_with_privileged"].value == 0
+
+
+def test_privileged_blocks_written_as_json_text_are_named_as_the_reason_nothing_was_read(chain):
+    """A warehouse pull often gives JSON columns back as text: ``"privileged": "{\\"reference\\": ...}"``. The
+    gates read only an object (spec 6.2), so such a run passes with NOTHING TO READ; the raw stage and the
+    checks then said the rows came "through the export", which sends the user after the wrong cause."""
+    rows = sample_rows()
+    for row in rows:
+        if isinstance(row.get("privileged"), dict):
+            row["privileged"] = json.dumps(row["privileged"])
+    n_text = sum(isinstance(row.get("privileged"), str) for row in rows)
+    assert n_text > 0
+    key = chain.register(rows, name="privileged_as_text")
+    result = chain.materialize(key)
+    assert result.success
+    raw = materialization(result, "raw_simulation_data")
+    assert raw["rows_with_privileged"].value == 0
+    assert raw["rows_with_privileged_text"].value == n_text
+    said = [e.user_message for e in chain.instance.all_logs(result.run_id) if "as text" in (e.user_message or "")]
+    assert len(said) == 1 and f"{n_text} row(s) carry privileged as text, not an object" in said[0], said
+    assert not [e for e in chain.instance.all_logs(result.run_id) if "scrubbed" in (e.user_message or "")]
+    for asset in ("sft_export", "dpo_export"):
+        ev = check_results(result)[(asset, "privileged_leak")]
+        assert ev.passed and ev.severity == WARN
+        assert ev.description.startswith("NOTHING TO READ: checked 0 of")
+        assert ("a privileged block written as JSON text is not read either (raw_simulation_data's "
+                "rows_with_privileged_text counts them)") in ev.description, ev.description
 
 
 def test_sft_rows_all_exports_failing_rows_with_the_warning(chain):

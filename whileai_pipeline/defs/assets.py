@@ -289,6 +289,7 @@ def raw_simulation_data(
         "prompts": stats.prompts,
         "groups": stats.groups,
         "rows_with_privileged": stats.privileged_rows,
+        "rows_with_privileged_text": stats.privileged_text_rows,
         "tool_calls": stats.tool_calls,
         "finish_reasons": dg.MetadataValue.json(stats.finish_reasons_summary()),
         "quarantined_lines": quarantined,
@@ -305,7 +306,13 @@ def raw_simulation_data(
     if quarantined:
         metadata["quarantine_path"] = dg.MetadataValue.path(str(quarantine))
         context.log.warning(f"{quarantined} unreadable line(s) of {src} quarantined to {quarantine}")
-    if stats.rows and not stats.privileged_rows:
+    if stats.privileged_text_rows:
+        context.log.warning(
+            f"{stats.privileged_text_rows} row(s) carry privileged as text, not an object: the leak gates read only "
+            "an object, so their replies are not checked for quotes of it. Write privileged as a JSON object "
+            "(json.loads the text) and register the run again"
+        )
+    elif stats.rows and not stats.privileged_rows:
         context.log.warning(
             "no row carries a privileged block: the leak gates will have nothing to read "
             "(rows saved through the export are scrubbed; export the raw trajectories instead)"

@@ -190,7 +190,8 @@ def _leak_result(metadata, run_id):
                       "the rows of the next export that has some.")
         else:
             advice = ("This pass proves nothing about leaks: export raw trajectories (which keep their "
-                      "privileged blocks), not rows saved through the export.")
+                      "privileged blocks), not rows saved through the export; a privileged block written as JSON "
+                      "text is not read either (raw_simulation_data's rows_with_privileged_text counts them).")
         return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
                                    description="NOTHING TO READ: " + summary + ". " + advice)
     if not validate:

@@ -68,6 +68,7 @@ class RawStats:
         self._prompts = KeyIndex()
         self._groups = KeyIndex()
         self.privileged_rows = 0
+        self.privileged_text_rows = 0  # ``privileged`` as JSON text: the gates read only an object
         self.tool_calls = 0
         self.finish_reasons = Counter()  # the first FINISH_REASONS_SHOWN distinct values
         self.other_finish_reasons = 0  # rows with any other value
@@ -94,6 +95,7 @@ class RawStats:
         group = row.get("scenario_id") or row.get("task_id") or prompt
         privileged = row.get("privileged")
         has_privileged = isinstance(privileged, dict) and bool(privileged)
+        as_text = isinstance(privileged, str) and bool(privileged.strip())
         calls = tool_calls_in(row)
         line = None
         if preview:
@@ -106,24 +108,25 @@ class RawStats:
                 len(steps) if isinstance(steps, list) else "",
                 calls,
                 row.get("finish_reason"),
-                "yes" if has_privileged else "no",
+                "yes" if has_privileged else "as text" if as_text else "no",
             ]
         finish = str(row.get("finish_reason")) if row.get("finish_reason") is not None else "(none)"
         return (cls._digest(prompt) if prompt else None, cls._digest(group) if group else None,
-                has_privileged, calls, finish, line)
+                has_privileged, as_text, calls, finish, line)
 
     def add_facts(self, facts) -> None:
         """Count one row from its ``facts``."""
         if isinstance(facts, str):
             self.non_objects += 1
             return
-        prompt, group, has_privileged, calls, finish, line = facts
+        prompt, group, has_privileged, as_text, calls, finish, line = facts
         self.rows += 1
         if prompt is not None:
             self._prompts.index(prompt)
         if group is not None:
             self._groups.index(group)
         self.privileged_rows += has_privileged
+        self.privileged_text_rows += as_text
         self.tool_calls += calls
         if finish in self.finish_reasons or len(self.finish_reasons) < FINISH_REASONS_SHOWN:
             self.finish_reasons[finish] += 1
