@@ -336,7 +336,9 @@ def _export_lines(result, storage, key):
                     lines.append(f"  {asset} [{fmt}]: {verb} {count} {unit} -> {where}")
                     break
             else:
-                lines.append(f"  {asset} [{fmt}]: nothing written ({count} {unit}; {status})")
+                why = _why_nothing(result, asset, md, fmt) if count == 0 else None
+                lines.append(f"  {asset} [{fmt}]: nothing written ({count} {unit}; {status})"
+                             + (f": {why}" if why else ""))
         if "rejected_path" in md:
             lines.append(f"  {asset}: candidate and reports kept under {md['rejected_path'].value}")
         if "kept_earlier" in md:
@@ -356,6 +358,30 @@ def _export_lines(result, storage, key):
 
 
 GATES = ("tool_call_roundtrip", "privileged_leak")
+
+
+def _why_nothing(result, asset, md, fmt):
+    """Why an export wrote nothing, from the counts of this run's steps; None when they do not say."""
+    def upstream(name):
+        events = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == name]
+        return {k: v.value for k, v in events[-1].materialization.metadata.items()} if events else {}
+
+    if asset == "dpo_export":
+        ties = md.get(f"{fmt}/ties_dropped")
+        if ties is not None and ties.value:
+            return f"the judge called all {ties.value} pairs ties, which the export drops (drop_ties)"
+        built = upstream("preference_pairs")
+        if built.get("pairs") == 0 and "prompts_seen" in built:
+            return (f"preference_pairs built no pairs: {built.get('prompts_with_contrast', 0)} of "
+                    f"{built['prompts_seen']} prompts have rollouts whose rewards differ by at least min_margin")
+        return None
+    scored = upstream("scored_simulation_data")
+    if scored.get("passes") == 0 and scored.get("fails"):
+        ungraded = f", {scored['ungraded']} ungraded" if scored.get("ungraded") else ""
+        rows = scored.get("dagster/row_count", scored["fails"])
+        return (f"none of the {rows} rows passed ({scored['fails']} failed{ungraded}), and sft_rows: pass exports "
+                "passing rows only")
+    return None
 
 
 def _warning_lines(asset, warnings_by_format, formats):

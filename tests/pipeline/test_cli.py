@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import SAMPLE, SAMPLE_META, leaking_rows, sample_rows, tree_bytes, write_rows
+from .conftest import SAMPLE, SAMPLE_META, leaking_rows, read_rows, sample_rows, tree_bytes, write_rows
 
 pytestmark = pytest.mark.pipeline
 ROOT = Path(__file__).resolve().parents[2]
@@ -976,3 +976,38 @@ def test_a_step_failure_after_a_good_export_says_the_earlier_exports_are_still_p
     assert run_chain(first, home=home, out=out) == 1
     assert "  sft_export: not materialized\n" in out.getvalue(), out.getvalue()
     assert "  dpo_export: not materialized\n" in out.getvalue(), out.getvalue()
+
+
+def test_an_export_that_writes_nothing_says_why(home, tmp_path, monkeypatch):
+    """Found by a review: a judge that called every pair a tie, or a run where every row failed, printed
+    ``nothing written (0 pairs; nothing to publish)`` and no word on why; the counts were in the metadata."""
+    from whileai_pipeline.cli import run_chain
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    (tmp_path / "even_judge.py").write_text("def judge(a, b):\n    return {'winner': 'tie'}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = tmp_path / "opts.yaml"
+    config.write_text("judge: even_judge:judge\n")
+    src = tmp_path / "night.jsonl"
+    write_rows(src, sample_rows())
+    out = io.StringIO()
+    assert run_chain(src, config_file=config, home=home, out=out) == 0
+    text = out.getvalue()
+    pairs = len(read_rows(home / "stages" / "night" / "pairs.jsonl"))
+    assert pairs > 0
+    for fmt in ("openai", "trl"):
+        assert (f"  dpo_export [{fmt}]: nothing written (0 pairs; nothing to publish): the judge called all "
+                f"{pairs} pairs ties, which the export drops (drop_ties)\n") in text, text
+
+    failed = tmp_path / "all_failed.jsonl"
+    write_rows(failed, [dict(row, reward=0.0) for row in sample_rows()])
+    out = io.StringIO()
+    assert run_chain(failed, home=home, out=out) == 0
+    text = out.getvalue()
+    for fmt in ("openai", "trl"):
+        assert (f"  sft_export [{fmt}]: nothing written (0 rows; nothing to publish): none of the "
+                f"{len(sample_rows())} rows passed ({len(sample_rows())} failed), and sft_rows: pass exports "
+                "passing rows only\n") in text, text
+        assert (f"  dpo_export [{fmt}]: nothing written (0 pairs; nothing to publish): preference_pairs built no "
+                "pairs: 0 of ") in text, text
+        assert " prompts have rollouts whose rewards differ by at least min_margin\n" in text, text
