@@ -139,8 +139,11 @@ def _run_key(path, name) -> str:
     """The run name a command will use: ``--name`` (only a .jsonl suffix dropped), else the file's."""
     from whileai_pipeline.defs.resources import partition_key_for, partition_key_for_name
 
+    if name is not None and not name.strip():
+        raise UsageError(f"--name is empty ({name!r}): give the run a name, or leave --name out to name it after "
+                         "the file")
     try:
-        return partition_key_for_name(name) if name else partition_key_for(path)
+        return partition_key_for_name(name) if name is not None else partition_key_for(path)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

@@ -424,8 +424,8 @@ def test_inbox_files_the_sensor_cannot_take_are_named_once(storage, instance):
             mp.setattr(context.log, "warning", said.append)
             first = inbox_sensor(context)
     assert [r.partition_key for r in first.run_requests] == ["a_b"]
-    assert said == ["inbox files the sensor cannot take: ---.jsonl: its name gives no run name (use letters, "
-                    "digits, _ . -); a b.jsonl: its run name 'a_b' is a_b.jsonl's; rename one of them"]
+    assert said == ["inbox files the sensor cannot take: ---.jsonl: its name gives no run name (it needs a letter "
+                    "or digit); a b.jsonl: its run name 'a_b' is a_b.jsonl's; rename one of them"]
     with dg.build_sensor_context(instance=instance, cursor=first.cursor, resources={"storage": storage}) as context:
         with pytest.MonkeyPatch.context() as mp:
             said = []

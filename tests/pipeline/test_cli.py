@@ -272,6 +272,25 @@ def test_names_with_dots_register_distinct_runs(home, tmp_path, monkeypatch, cap
         "nightly.2026-01-01.jsonl", "nightly.2026-01-02.jsonl", "v1.5.jsonl"]
 
 
+def test_a_name_that_makes_no_run_name_is_bad_usage_that_says_why(home, tmp_path, monkeypatch, capsys):
+    """Found by a review: ``--name ""`` was ignored without a word (the file's name was used instead), and
+    ``--name ...`` was refused with "use letters, digits, _ . -", dots being among those."""
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.setenv("WHILEAI_PIPELINE_HOME", str(home))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    for command in ("run", "register"):
+        for name in ("", "  "):
+            assert cli_module.main([command, str(SAMPLE), "--name", name]) == 2
+            assert f"--name is empty ({name!r}): give the run a name, or leave --name out" in capsys.readouterr().err
+        for name in ("...", "-_-", "???"):
+            assert cli_module.main([command, str(SAMPLE), f"--name={name}"]) == 2
+            err = capsys.readouterr().err
+            assert (f"cannot make a run name of {name!r}: it needs a letter or digit (letters, digits, _ . - are "
+                    "kept, anything else becomes _, and . _ - are trimmed from both ends)") in err, err
+    assert not (home / "inbox").exists() or list((home / "inbox").iterdir()) == []
+
+
 def test_a_run_of_the_same_name_from_another_folder_says_which_run_it_replaces(home, tmp_path, monkeypatch, capsys):
     """Runs are named by their file: ``exp1/run.jsonl`` and ``exp2/run.jsonl`` are one partition, and the
     second replaced the first's published exports without a word."""

@@ -167,7 +167,7 @@ def _ignored_inbox_files(storage, runs) -> list:
         try:
             key = partition_key_for(path)
         except ValueError:
-            out.append([_shown(path.name), "its name gives no run name (use letters, digits, _ . -)"])
+            out.append([_shown(path.name), "its name gives no run name (it needs a letter or digit)"])
             continue
         out.append([_shown(path.name), f"its run name {key!r} is {_shown(by_key[key].name)}'s; rename one of them"])
     return out

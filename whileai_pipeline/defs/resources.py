@@ -93,7 +93,8 @@ def partition_key_for(path) -> str:
 def partition_key_for_name(name: str) -> str:
     """The partition key for a name given by the user (``--name``): reduced like a file's, but only a
     ``.jsonl`` suffix is dropped, so ``nightly.2026-01-01`` and ``v1.5`` stay themselves."""
-    return _key(name.removesuffix(RUN_SUFFIX), f"cannot make a run name of {name!r}; use letters, digits, _ . -")
+    return _key(name.removesuffix(RUN_SUFFIX), f"cannot make a run name of {name!r}: it needs a letter or digit "
+                "(letters, digits, _ . - are kept, anything else becomes _, and . _ - are trimmed from both ends)")
 
 
 def _key(name, error):
