@@ -68,6 +68,14 @@ def _rows_with_calls(rows) -> int:
     return sum(1 for r in rows if any(isinstance(m, dict) and m.get("tool_calls") for m in H.row_conversation(r)))
 
 
+def _calls_without_system(rows) -> int:
+    """DECISIONS 6: rows with tool calls written with no system message first (a row whose own messages
+    open with one was exported with a system prompt, whatever the argument said)."""
+    return sum(1 for r in rows if any(isinstance(m, dict) and m.get("tool_calls") for m in H.row_conversation(r))
+               and not (H.row_conversation(r) and isinstance(H.row_conversation(r)[0], dict)
+                        and H.row_conversation(r)[0].get("role") == "system"))
+
+
 def _split_extra_warnings(warnings: list, patterns: dict) -> tuple[list, dict]:
     """Separate our DECISIONS-added warnings (by pattern) from the rest."""
     rest, found = [], {}
@@ -250,10 +258,11 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
                                                        "weighted": WEIGHTED, "crashed": CRASHED_ROWS})
     # DECISIONS 6: warn when a row with tool calls is exported with no tools or no system prompt
     with_calls = _rows_with_calls(pred)
+    calls_without_system = _calls_without_system(pred)
     exp_extra = set()
     if with_calls and not eff_tools:
         exp_extra.add("d6_tools")
-    if with_calls and not system:
+    if calls_without_system:
         exp_extra.add("d6_system")
     if dropped:
         exp_extra.add("d16_dropped")  # DECISIONS 16 ("dropped and counted"); 0.131 also warns
@@ -300,9 +309,9 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     if not rows and iter(src) is src:
         exp_extra.add("no_rows")  # ours: an iterator that gave nothing (one read twice, say) is said to be empty
     assert set(extra) == exp_extra, f"DECISIONS 6/16 warnings: expected {sorted(exp_extra)}, got {our_warnings}\n{ctx}"
-    for name in ("d6_tools", "d6_system"):
+    for name, count in (("d6_tools", with_calls), ("d6_system", calls_without_system)):
         if name in extra:
-            assert extra[name].groups() == (str(with_calls), str(n_out)), f"{name} counts: {extra[name].group(0)}"
+            assert extra[name].groups() == (str(count), str(n_out)), f"{name} counts: {extra[name].group(0)}"
     if "d16_dropped" in extra:
         assert extra["d16_dropped"].group(1) == str(len(dropped))
     if "openai_mask" in extra:

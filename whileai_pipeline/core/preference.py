@@ -122,12 +122,16 @@ def _pair_outcomes(item, plans):
                 continue
             placed = objects
         delta, margin = row.get("length_delta"), row.get("margin")
+        has_calls = bool(has_tool_calls(row["chosen"]) or has_tool_calls(row["rejected"]))
+        # DECISIONS 6: a side whose own messages open with a system message was exported with one (a TRL
+        # pair's prompt is the chosen side's)
+        with_system = _opens_with_system(entry["chosen"]) and (plan.trl or _opens_with_system(entry["rejected"]))
         facts = (
             count_tool_calls(row["chosen"], plan.encoding, placed),
             count_tool_calls(row["rejected"], plan.encoding, placed),
             leak,
             rejected_quotes,
-            bool(has_tool_calls(row["chosen"]) or has_tool_calls(row["rejected"])),
+            has_calls,
             delta if isinstance(delta, int) else None,
             row.get("first_turn_differs") is False,
             margin if _counted_margin(margin) else None,
@@ -139,10 +143,15 @@ def _pair_outcomes(item, plans):
             crashed,
             same_reply,
             empty_chosen,
+            has_calls and not with_system,
         )
         write = dumps_reusing if placed is None else placed.dumps
         outcomes.append((preference_problems(row), facts, write(row, "tools", plan.tools_json)))
     return outcomes
+
+
+def _opens_with_system(messages) -> bool:
+    return bool(messages) and isinstance(messages[0], dict) and messages[0].get("role") == "system"
 
 
 PAIR_SCHEMA_ADVICE = ("A pair needs a non-empty chosen and rejected conversation: give each side a prompt, steps "
@@ -159,6 +168,7 @@ class _PairTally:
         self.schema = SchemaCheck("export_preference", PAIR_SCHEMA_ADVICE)
         self.n_entries = self.skipped = self.bad = self.ties = self.dropped = self.n_out = 0
         self.rejected_quoting = self.deltas = self.longer = self.identical = self.rows_with_calls = 0
+        self.calls_without_system = 0  # pairs with tool calls written with a side that has no system message
         self.n_margins, self.margin_sum = 0, 0
         self.first_bad = None  # the line number (a file) or index (rows) of the first entry that is no pair
         self.user_turns = 0  # TRL pairs with a user or system turn inside a side
@@ -197,12 +207,13 @@ class _PairTally:
             self.n_out += 1
             return
         (chosen_calls, rejected_calls, leak, rejected_quotes, has_calls, delta, identical, margin, user_turns,
-         no_reply, length_cut, other_context, crashed, same_reply, empty_chosen) = facts
+         no_reply, length_cut, other_context, crashed, same_reply, empty_chosen, calls_without_system) = facts
         self.roundtrip.record(2 * self.n_out, *chosen_calls)
         self.roundtrip.record(2 * self.n_out + 1, *rejected_calls)
         self.leaks.record(leak)
         self.rejected_quoting += rejected_quotes
         self.rows_with_calls += has_calls
+        self.calls_without_system += calls_without_system
         if delta is not None:
             self.deltas += 1
             self.longer += delta > 0
@@ -482,9 +493,9 @@ def _checked_report(tally, src, format, name="export_preference"):
             f"{rows_with_calls} of {n_out} rows make tool calls but were exported without tool schemas; "
             "the trainer cannot show the model the tools it calls. Pass tools=, or keep a <name>.meta.json "
             "sidecar beside the pairs file.")
-    if rows_with_calls and not src.system:
+    if t.calls_without_system:  # a side whose own messages open with a system message has one
         report.setdefault("warnings", []).append(
-            f"{rows_with_calls} of {n_out} rows make tool calls but were exported without a system prompt. "
+            f"{t.calls_without_system} of {n_out} rows make tool calls but were exported without a system prompt. "
             "Pass system_prompt=, or keep a <name>.meta.json sidecar beside the pairs file.")
     if skipped:  # DECISIONS 15 counts them; the spec skips them without a word
         report.setdefault("warnings", []).append(f"{_skipped_entries(skipped, n_entries)}.")

@@ -237,6 +237,7 @@ class _SftTally:
         self.rewards = {"pass": 0, "fail": 0, "ungraded": 0}  # rows written, by ``verdict``
         self.rows_read = self.rows_skipped = self.n_entries = self.n_out = self.n_length_cut = self.dropped = 0
         self.with_system = self.with_tools = self.rows_with_calls = 0
+        self.calls_without_system = 0  # rows with tool calls written with no system message first (DECISIONS 6)
         self.truncated = self.chars_cut = self.trained = self.masked = 0
         self.going_on = 0  # TRL completions that go on after their last assistant turn
         self.replies_masked = 0  # openai rows whose loss_mask leaves an assistant turn out
@@ -288,6 +289,7 @@ class _SftTally:
             self.with_system += with_system
             self.with_tools += with_tools
             self.rows_with_calls += has_calls
+            self.calls_without_system += has_calls and not with_system
             self.truncated += truncated
             self.chars_cut += chars_cut
             self.trained += trained
@@ -639,9 +641,9 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             f"{t.rows_with_calls} of {t.n_out} rows make tool calls but were exported without tool schemas; "
             "the trainer cannot show the model the tools it calls. Pass tools=, or keep the run's "
             "<name>.meta.json sidecar beside the file.")
-    if t.rows_with_calls and not src.system:
+    if t.calls_without_system:  # a row whose own messages open with a system message has one
         warnings.append(
-            f"{t.rows_with_calls} of {t.n_out} rows make tool calls but were exported without a system "
+            f"{t.calls_without_system} of {t.n_out} rows make tool calls but were exported without a system "
             "prompt. Pass system_prompt=, or keep the run's <name>.meta.json sidecar beside the file.")
     if t.big_int_rows:
         line, where, value = t.first_big_int

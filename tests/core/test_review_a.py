@@ -1,0 +1,58 @@
+"""Findings of review A (differential review against whileai 0.105 on runs written by its SDK)."""
+from __future__ import annotations
+
+import json
+
+import whileai_pipeline.simulations as wai
+
+TOOLS = [{"type": "function", "function": {"name": "lookup_order", "parameters": {"type": "object", "properties": {}}}}]
+
+
+def _messages_row(system: str | None):
+    """A training row given back to the exporter (e.g. the output of ``training_rows``): its own messages,
+    opening with the run's system message, one id-less tool call."""
+    msgs = [] if system is None else [{"role": "system", "content": system}]
+    msgs += [
+        {"role": "user", "content": "Where is ORD-1?"},
+        {"role": "assistant", "content": "",
+         "tool_calls": [{"name": "lookup_order", "arguments": {"order_id": "ORD-1"}}]},
+        {"role": "tool", "name": "lookup_order", "content": "shipped"},
+        {"role": "assistant", "content": "It has shipped."},
+    ]
+    return {"messages": msgs, "reward": 1.0}
+
+
+def test_no_system_prompt_warning_for_rows_that_carry_their_own(tmp_path):
+    """DECISIONS 6 warns when a row with tool calls is exported with no system prompt. A row whose own
+    messages open with a system message is exported with one (``with_system`` counts it), and
+    ``system_prompt=""`` is what the two-systems warning tells the caller to pass for such rows: the export
+    must not then claim they went out without a system prompt. Only the row without one is counted."""
+    rows = [_messages_row("You are the shop's agent."), _messages_row(None)]
+    for fmt in ("openai", "trl"):
+        out = tmp_path / f"{fmt}.jsonl"
+        rep = wai.export_dataset(rows, str(out), system_prompt="", tools=TOOLS, format=fmt)
+        written = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+        assert [r["messages"][0]["role"] for r in written] == ["system", "user"]
+        assert rep["with_system"] == 1
+        no_system = [w for w in rep.get("warnings", []) if "exported without a system prompt" in w]
+        assert no_system and no_system[0].startswith("1 of 2 rows make tool calls"), rep.get("warnings")
+
+
+def test_no_system_prompt_warning_for_pairs_whose_sides_carry_their_own(tmp_path):
+    """The same for export_preference: sides whose own messages open with a system message are written
+    with one, so system_prompt="" must not warn that the pairs went out without a system prompt; a pair
+    whose sides have none is still counted."""
+    def pair(system):
+        chosen, rejected = _messages_row(system), _messages_row(system)
+        rejected["messages"][-1]["content"], rejected["reward"] = "No idea.", 0.0
+        return {"prompt": "Where is ORD-1?", "chosen": chosen, "rejected": rejected}
+
+    pairs = [pair("You are the shop's agent."), pair(None)]
+    for fmt in ("openai", "trl"):
+        out = tmp_path / f"{fmt}.jsonl"
+        rep = wai.export_preference(pairs, str(out), system_prompt="", tools=TOOLS, format=fmt)
+        written = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+        side = "chosen" if fmt == "openai" else "prompt"
+        assert [r[side][0]["role"] for r in written] == ["system", "user"]
+        no_system = [w for w in rep.get("warnings", []) if "exported without a system prompt" in w]
+        assert no_system and no_system[0].startswith("1 of 2 rows make tool calls"), rep.get("warnings")
