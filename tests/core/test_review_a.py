@@ -56,3 +56,16 @@ def test_no_system_prompt_warning_for_pairs_whose_sides_carry_their_own(tmp_path
         assert [r[side][0]["role"] for r in written] == ["system", "user"]
         no_system = [w for w in rep.get("warnings", []) if "exported without a system prompt" in w]
         assert no_system and no_system[0].startswith("1 of 2 rows make tool calls"), rep.get("warnings")
+
+
+def test_build_preference_pairs_reads_a_load_run_run(tmp_path):
+    """``load_run`` gives a ``Run`` that every exporter, ``training_rows`` and ``leak_report`` read as its
+    rows; ``build_preference_pairs`` refused it as a path ("got Run ...: pass read_jsonl(path)"), while it
+    pairs the reference SDK's own run object. It pairs a Run's trajectories like the same rows in a list."""
+    rows = [{"prompt": "Where is ORD-1?", "final_text": text, "reward": reward, "scenario_id": "s1",
+             "rollout_index": i} for i, (text, reward) in enumerate((("It has shipped.", 1.0), ("No idea.", 0.0)))]
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    pairs, report = wai.build_preference_pairs(wai.load_run(str(path)))
+    assert (pairs, report) == wai.build_preference_pairs(rows)
+    assert report["pairs"] == 1
