@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import whileai_pipeline.simulations as wai
 
 TOOLS = [{"type": "function", "function": {"name": "lookup_order", "parameters": {"type": "object", "properties": {}}}}]
@@ -69,3 +71,23 @@ def test_build_preference_pairs_reads_a_load_run_run(tmp_path):
     pairs, report = wai.build_preference_pairs(wai.load_run(str(path)))
     assert (pairs, report) == wai.build_preference_pairs(rows)
     assert report["pairs"] == 1
+
+
+def test_the_rows_report_tuple_of_select_for_sft_is_refused_by_name(tmp_path):
+    """The SDK's ``scored.select_for_sft()`` returns ``(rows, report)``. Passed on whole, the export blamed
+    the data (``schema_invalid ... 0:messages_missing ... give each row a prompt``) and
+    ``build_preference_pairs`` paired nothing and said to raise rollouts_per_request; both now say what
+    was passed, as export_preference does for build_preference_pairs' ``(pairs, report)``."""
+    rows = [{"prompt": "Where is ORD-1?", "final_text": "It has shipped.", "reward": 1.0}]
+    given = (rows, {"n": 1, "n_selected": 1, "target": 1000})
+    calls = {
+        "export_dataset": lambda: wai.export_dataset(given, str(tmp_path / "a.jsonl")),
+        "export_datasets": lambda: wai.export_datasets(given, {"openai": str(tmp_path / "b.jsonl")}),
+        "training_rows": lambda: wai.training_rows(given),
+        "build_preference_pairs": lambda: wai.build_preference_pairs(given),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=r"is a \(rows, report\) tuple.*pass its first item"):
+            call()
+    assert not (tmp_path / "a.jsonl").exists() and not (tmp_path / "b.jsonl").exists()
+    assert wai.training_rows(rows)  # the rows themselves are fine

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import orjson
 
-from .arguments import check_rows, whole_number
+from .arguments import check_rows, refuse_rows_with_report, whole_number
 from .conversation import AGENT_ERROR
 from .gates import scrub
 from .groups import KeyIndex
@@ -512,6 +512,7 @@ def build_preference_pairs(rows, *, max_pairs_per_prompt=1, min_margin=1.0, leng
 def _check_rows(rows):
     """Refuse what ``list(rows)`` would misread without a word: a path's characters or a row's keys are
     no rows, so the reference pairs nothing and reports "no contrast"."""
+    refuse_rows_with_report(rows, "the rows given to build_preference_pairs", "build_preference_pairs")
     check_rows(rows, "build_preference_pairs takes rows", "for a JSONL run pass read_jsonl(path), or build the "
                "pairs file to file with build_pairs_file")
 

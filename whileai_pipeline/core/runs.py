@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 
-from .arguments import check_path
+from .arguments import check_path, refuse_rows_with_report
 from .errors import BadRowError, ExportError, SourceChangedError
 from .jsonl import iter_jsonl, looks_like_json_text, read_json, require_file, sha256_of
 from .text import text
@@ -257,6 +257,8 @@ def resolve_source(source, system_prompt=None, tools=None, *, sidecar=True, list
             found_system, found_tools, _meta = read_sidecar(path)
             system_from = tools_from = "sidecar"
     else:
+        if not lists_are_rows:
+            refuse_rows_with_report(source, "the source")
         if isinstance(source, (dict, bytes, bytearray)) or not hasattr(source, "__iter__"):
             raise ExportError(
                 f"source must be rows, a run or a JSONL path, got {type(source).__name__}"
