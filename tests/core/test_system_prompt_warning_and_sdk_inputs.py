@@ -1,4 +1,6 @@
-"""Findings of review A (differential review against whileai 0.105 on runs written by its SDK)."""
+"""DECISIONS 6's no-system-prompt warning for rows and pairs that carry their own system message, and what the
+SDK hands back (a `Run`, the `(rows, report)` tuple of `select_for_sft`) given to the exporters; found by a
+differential review against whileai 0.105 on runs written by its SDK."""
 from __future__ import annotations
 
 import json
