@@ -62,15 +62,16 @@ def refuse_pairs_with_report(pairs, what):
                          f"build_preference_pairs(rows); {what}(pairs, ...)")
 
 
-def refuse_rows_with_report(rows, what, call="export_dataset"):
+def refuse_rows_with_report(rows, what, call=None):
     """Refuse the ``(rows, report)`` tuple the SDK's ``scored.select_for_sft()`` returns, passed on whole:
     its list of rows is no row and its report has no conversation, so the schema check blamed the data
     ("0:messages_missing") and ``build_preference_pairs`` paired nothing. ``what`` names what was given,
-    ``call`` the function to pass the rows to."""
+    ``call`` the function to pass the rows to (None: the caller is not known here)."""
     if (isinstance(rows, tuple) and len(rows) == 2 and isinstance(rows[0], list) and isinstance(rows[1], dict)
             and not {"messages", "prompt", "steps", "final_text", "chosen", "rejected"} & rows[1].keys()):
+        then = f"{call}(rows, ...)" if call else "then pass rows"
         raise ExportError(f"{what} is a (rows, report) tuple, as scored.select_for_sft() returns, not rows: pass "
-                          f"its first item: rows, report = scored.select_for_sft(); {call}(rows, ...)")
+                          f"its first item: rows, report = scored.select_for_sft(); {then}")
 
 
 def check_path(path, what, hint):
