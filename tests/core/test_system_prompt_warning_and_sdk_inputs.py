@@ -92,6 +92,7 @@ def test_the_rows_report_tuple_of_select_for_sft_is_refused_by_name(tmp_path):
         with pytest.raises(ValueError, match=r"is a \(rows, report\) tuple.*pass its first item") as refused:
             call()
         # the hint names no other function than the one called, when it names one
-        assert str(refused.value).endswith(f"; {name}(rows, ...)" if name == "build_preference_pairs" else "; then pass rows")
+        hint = f"; {name}(rows, ...)" if name == "build_preference_pairs" else "; then pass rows"
+        assert str(refused.value).endswith(hint), refused.value
     assert not (tmp_path / "a.jsonl").exists() and not (tmp_path / "b.jsonl").exists()
     assert wai.training_rows(rows)  # the rows themselves are fine
