@@ -70,10 +70,12 @@ def test_a_leak_check_that_read_nothing_passes_with_warn():
 
 
 def test_a_leak_check_that_read_nothing_says_why_the_rows_had_no_privileged_context():
-    """Rows without privileged context: the advice is to export raw trajectories, which keep it."""
+    """Rows without privileged context: the advice is to export raw trajectories, which keep it, and names the
+    other cause, a privileged block written as JSON text, with where the raw stage counts such rows."""
     result = _leak_result(_metadata({"openai": {"privileged_leaks": NOTHING, "rows_read": 1}}), "run")
     assert result.description.endswith("export raw trajectories (which keep their privileged blocks), not rows "
-                                       "saved through the export.")
+                                       "saved through the export; a privileged block written as JSON text is not "
+                                       "read either (raw_simulation_data's rows_with_privileged_text counts them).")
 
 
 @pytest.mark.parametrize("formats", [("openai",), ("openai", "trl")])
