@@ -811,9 +811,16 @@ class _StdoutReaderMayLeave:
     def _reader_left(self):
         self._gone = True
         try:  # what is still buffered, flushed at exit, goes nowhere rather than into a second EPIPE
-            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+            target = self._stream.fileno()
+            null = os.open(os.devnull, os.O_WRONLY)
         except (OSError, ValueError, io.UnsupportedOperation):
+            return
+        try:
+            os.dup2(null, target)
+        except OSError:
             pass
+        finally:
+            os.close(null)
 
     def __getattr__(self, name):
         return getattr(self._stream, name)

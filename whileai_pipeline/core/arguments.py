@@ -38,6 +38,14 @@ ROWS_HINT = "pass a list of row dicts, or read_jsonl(path) for a JSONL run"
 ROWS_AS_TEXT = "pass the rows themselves, e.g. read_jsonl(path) for a JSONL file"
 
 
+def trajectories_of(rows):
+    """A run's trajectories (``load_run``'s ``Run``, the SDK's run objects), else ``rows`` as given: a ``Run`` is
+    also a path, which ``check_rows`` would refuse."""
+    if hasattr(rows, "trajectories") and not isinstance(rows, (list, tuple)):
+        return rows.trajectories
+    return rows
+
+
 def check_rows(rows, what, path_hint, *, error=ExportError):
     """Refuse what looping over ``rows`` would misread without a word: a path's (or a JSON text's)
     characters, the integers of bytes or one row's keys are no rows, and the reference skips them all

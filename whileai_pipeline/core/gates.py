@@ -10,7 +10,7 @@ import unicodedata
 
 import orjson
 
-from .arguments import ROWS_AS_TEXT, check_rows
+from .arguments import ROWS_AS_TEXT, check_rows, trajectories_of
 from .errors import BadRowError, ExportError
 from .conversation import conversation
 from .text import lower, normalize, normalize_answer, text
@@ -478,8 +478,7 @@ class LeakGate:
 
 def leak_report(rows, *, min_len=LEAK_MIN_QUOTE_CHARS):
     """Spec 6: which rows quote their own privileged block in an assistant turn."""
-    if hasattr(rows, "trajectories") and not isinstance(rows, (list, tuple)):
-        rows = rows.trajectories
+    rows = trajectories_of(rows)
     check_rows(rows, "leak_report takes rows", ROWS_AS_TEXT, error=TypeError)  # not a false "checked 0 of 0"
     gate = LeakGate(min_len)
     for row in rows:

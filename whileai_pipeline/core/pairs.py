@@ -22,7 +22,7 @@ from pathlib import Path
 
 import orjson
 
-from .arguments import check_rows, refuse_rows_with_report, whole_number
+from .arguments import check_rows, refuse_rows_with_report, trajectories_of, whole_number
 from .conversation import AGENT_ERROR
 from .gates import scrub
 from .groups import KeyIndex
@@ -495,8 +495,7 @@ def build_preference_pairs(rows, *, max_pairs_per_prompt=1, min_margin=1.0, leng
     """Spec 8.2: (pairs, report). Each pair holds the chosen and rejected rows themselves."""
     check_max_pairs(max_pairs_per_prompt)
     check_min_margin(min_margin)
-    if hasattr(rows, "trajectories") and not isinstance(rows, (list, tuple)):
-        rows = rows.trajectories  # a run (load_run's Run is also a path, which _check_rows refuses)
+    rows = trajectories_of(rows)
     _check_rows(rows)
     rows = list(rows)
     table = SummaryTable()  # the rows are held anyway: the table is what the file path keeps, not a saving here
