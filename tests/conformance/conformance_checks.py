@@ -58,6 +58,10 @@ TRL_OTHER_CONTEXT = re.compile(r"^(\d+) of (\d+) pairs start the rejected side f
 CRASHED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side that is a crashed rollout")  # ours
 SAME_REPLY_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have the same reply as chosen and rejected")  # ours
 EMPTY_CHOSEN_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have an empty chosen reply")  # ours
+UNDECLARED = re.compile(r"^(\d+) of (\d+) rows call a tool that the tools written with them .* "
+                        r"do not declare \(first '([^']*)', line (\d+) of the output\)")  # ours
+UNDECLARED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a chosen side that calls a tool the tools .* "
+                              r"do not declare \(first '([^']*)', line (\d+) of the output\)")  # ours
 
 
 def leak_subset(rep: dict) -> dict:
@@ -74,6 +78,34 @@ def _calls_without_system(rows) -> int:
     return sum(1 for r in rows if any(isinstance(m, dict) and m.get("tool_calls") for m in H.row_conversation(r))
                and not (H.row_conversation(r) and isinstance(H.row_conversation(r)[0], dict)
                         and H.row_conversation(r)[0].get("role") == "system"))
+
+
+def _tool_names(tools):
+    """The names a tool list declares (nested ``function.name`` or a flat ``name``), None when one has none."""
+    names = set()
+    for tool in tools or ():
+        name = (tool.get("function") or {}).get("name") if isinstance(tool, dict) and isinstance(
+            tool.get("function"), dict) else (tool.get("name") if isinstance(tool, dict) else None)
+        if not isinstance(name, str) or not name:
+            return None
+        names.add(name)
+    return names or None
+
+
+def _undeclared_rows(rows):
+    """(count, (1-based index, name) of the first) of the (conversation, tools written with it) that call a
+    tool those tools do not declare: ours warns of them (a model trained on such a call learns to call a tool
+    it is not given)."""
+    count, first = 0, None
+    for i, (messages, tools) in enumerate(rows, 1):
+        declared = _tool_names(tools)
+        names = [((c or {}).get("function") or {}).get("name") for m in messages or () if isinstance(m, dict)
+                 for c in (m.get("tool_calls") or ()) if isinstance(c, dict)]
+        off = [n for n in names if isinstance(n, str) and declared is not None and n not in declared]
+        if off:
+            count += 1
+            first = first or (i, off[0])
+    return count, first
 
 
 def _split_extra_warnings(warnings: list, patterns: dict) -> tuple[list, dict]:
@@ -255,7 +287,8 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
                                                        "openai_mask": OPENAI_MASK, "no_rows": NO_ROWS,
                                                        "skipped": SKIPPED, "no_reply": NO_REPLY,
                                                        "empty_reply": EMPTY_REPLY, "two_systems": TWO_SYSTEMS,
-                                                       "weighted": WEIGHTED, "crashed": CRASHED_ROWS})
+                                                       "weighted": WEIGHTED, "crashed": CRASHED_ROWS,
+                                                       "undeclared": UNDECLARED})
     # DECISIONS 6: warn when a row with tool calls is exported with no tools or no system prompt
     with_calls = _rows_with_calls(pred)
     calls_without_system = _calls_without_system(pred)
@@ -306,6 +339,11 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     crashed = sum(1 for r in rows if isinstance(r, dict) and str(r.get("final_text") or "").startswith("<agent error"))
     if crashed:
         exp_extra.add("crashed")
+    # ours: rows that call a tool the tools written with them do not declare
+    undeclared, first_undeclared = _undeclared_rows([(H.row_conversation(x), x.get("tools")) for x in pred])
+    if undeclared:
+        exp_extra.add("undeclared")
+        event("a row calls an undeclared tool")
     if not rows and iter(src) is src:
         exp_extra.add("no_rows")  # ours: an iterator that gave nothing (one read twice, say) is said to be empty
     assert set(extra) == exp_extra, f"DECISIONS 6/16 warnings: expected {sorted(exp_extra)}, got {our_warnings}\n{ctx}"
@@ -329,6 +367,9 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
         assert extra["weighted"].groups() == (str(weighted), str(len(rows))), extra["weighted"].group(0)
     if "crashed" in extra:
         assert extra["crashed"].groups() == (str(crashed), str(len(rows))), extra["crashed"].group(0)
+    if "undeclared" in extra:
+        expected = (str(undeclared), str(n_out), first_undeclared[1], str(first_undeclared[0]))
+        assert extra["undeclared"].groups() == expected, extra["undeclared"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     if fmt == "trl":  # DECISIONS 16
         trl_loss = ours_rep.pop("trl_loss")
@@ -552,7 +593,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
                                                        "skipped": SKIPPED_PAIRS, "length_cut": LENGTH_CUT_PAIRS,
                                                        "other_context": TRL_OTHER_CONTEXT,
                                                        "crashed": CRASHED_PAIRS, "same_reply": SAME_REPLY_PAIRS,
-                                                       "empty_chosen": EMPTY_CHOSEN_PAIRS})
+                                                       "empty_chosen": EMPTY_CHOSEN_PAIRS,
+                                                       "undeclared": UNDECLARED_PAIRS})
     exp_extra = {"user_turns"} if user_turns else set()
     # ours: pairs whose chosen row was cut by the reply token cap (export_dataset warns of such rows, spec 5.6)
     length_cut = sum(1 for p in kept if p["chosen"].get("finish_reason") == "length")
@@ -592,6 +634,11 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
         exp_extra.add("no_reply")
     if skipped:
         exp_extra.add("skipped")  # ours: entries that are not objects are skipped (the spec), and said to be
+    # ours: pairs whose chosen side calls a tool the tools written with them do not declare (DPO pushes it up)
+    undeclared, first_undeclared = _undeclared_rows([(row["chosen"], row.get("tools")) for row in pred])
+    if undeclared:
+        exp_extra.add("undeclared")
+        event("a chosen side calls an undeclared tool")
     if chosen_leaks["n_leaked"]:
         exp_extra.add("d12_chosen")
     if rejected_quoting:
@@ -624,6 +671,9 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
         assert extra["empty_chosen"].groups() == (str(empty_chosen), str(len(pred)))
     if "skipped" in extra:
         assert extra["skipped"].groups() == (str(skipped), str(len(pairs))), extra["skipped"].group(0)
+    if "undeclared" in extra:
+        expected = (str(undeclared), str(len(pred)), first_undeclared[1], str(first_undeclared[0]))
+        assert extra["undeclared"].groups() == expected, extra["undeclared"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     unexplained = {k: ours_rep.pop(k) for k in list(ours_rep) if k not in rep}
     H.assert_same(H.nan_safe(rep), H.nan_safe(ours_rep), "preference report", ctx)

@@ -25,7 +25,7 @@ from .rows import SchemaCheck, preference_problems, stamp
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
 from .spool import Spool
 from .trl import first_assistant_index, trl_preference_row
-from .wire import ObjectTexts, has_tool_calls, to_wire
+from .wire import ObjectTexts, declared_tool_names, has_tool_calls, to_wire
 
 PAIR_KEYS = (
     "tie", "pairwise", "first_turn_differs", "chosen_score", "rejected_score", "margin",
@@ -54,6 +54,7 @@ class _PairPlan:
         self.trl = format == "trl"
         self.encoding = ENCODINGS[format]
         self.tools_json = dumps(list(tools)) if tools else None  # every row's "tools", serialized once
+        self.declared = declared_tool_names(tools)  # a call to another tool is a hallucinated one
 
 
 class _Kind(enum.Enum):
@@ -123,12 +124,13 @@ def _pair_outcomes(item, plans):
             placed = objects
         delta, margin = row.get("length_delta"), row.get("margin")
         has_calls = bool(has_tool_calls(row["chosen"]) or has_tool_calls(row["rejected"]))
+        chosen_calls = count_tool_calls(row["chosen"], plan.encoding, placed, declared=plan.declared)
         # DECISIONS 6: a side whose own messages open with a system message was exported with one (a TRL
         # pair's prompt is the chosen side's)
         with_system = _opens_with_system(entry["chosen"]) and (plan.trl or _opens_with_system(entry["rejected"]))
         facts = (
-            count_tool_calls(row["chosen"], plan.encoding, placed),
-            count_tool_calls(row["rejected"], plan.encoding, placed),
+            chosen_calls[:2],
+            count_tool_calls(row["rejected"], plan.encoding, placed)[:2],
             leak,
             rejected_quotes,
             has_calls,
@@ -144,6 +146,8 @@ def _pair_outcomes(item, plans):
             same_reply,
             empty_chosen,
             has_calls and not with_system,
+            # the chosen side is the one DPO pushes up; a rejected call to a tool nobody gave is a fair negative
+            chosen_calls[2],
         )
         write = dumps_reusing if placed is None else placed.dumps
         outcomes.append((preference_problems(row), facts, write(row, "tools", plan.tools_json)))
@@ -178,6 +182,8 @@ class _PairTally:
         self.crashed = 0  # pairs written with a side whose final_text is an agent error
         self.same_reply = 0  # pairs written whose chosen and rejected replies are the same
         self.empty_chosen = 0  # pairs written whose chosen reply has no words and no tool call
+        self.undeclared = 0  # pairs whose chosen side calls a tool the export's tools do not declare, the first's
+        self.first_undeclared = None  # (output line, tool name)
 
     def consume(self, outcome, position):
         tick(self.progress, self.n_entries + self.skipped + 1)
@@ -207,7 +213,8 @@ class _PairTally:
             self.n_out += 1
             return
         (chosen_calls, rejected_calls, leak, rejected_quotes, has_calls, delta, identical, margin, user_turns,
-         no_reply, length_cut, other_context, crashed, same_reply, empty_chosen, calls_without_system) = facts
+         no_reply, length_cut, other_context, crashed, same_reply, empty_chosen, calls_without_system,
+         undeclared) = facts
         self.roundtrip.record(2 * self.n_out, *chosen_calls)
         self.roundtrip.record(2 * self.n_out + 1, *rejected_calls)
         self.leaks.record(leak)
@@ -225,6 +232,10 @@ class _PairTally:
         self.crashed += crashed
         self.same_reply += same_reply
         self.empty_chosen += empty_chosen
+        if undeclared is not None:
+            self.undeclared += 1
+            if self.first_undeclared is None:
+                self.first_undeclared = (self.n_out + 1, undeclared)
         if margin is not None:
             self.n_margins += 1
             self.margin_sum += margin
@@ -477,6 +488,13 @@ def _checked_report(tally, src, format, name="export_preference"):
             f"{t.empty_chosen} of {n_out} pairs have an empty chosen reply (no assistant text after strip_think, "
             "e.g. a reply that was only a <think> block, and no tool call): DPO pushes the model towards saying "
             "nothing. Leave those pairs out of the export, and look at why the grader preferred them.")
+    if t.undeclared:
+        line, name = t.first_undeclared
+        report.setdefault("warnings", []).append(
+            f"{t.undeclared} of {n_out} pairs have a chosen side that calls a tool the tools written with them (from "
+            f"the {src.tools_source}) do not declare (first {name!r}, line {line} of the output): DPO pushes the "
+            "model towards calling a tool it is not given. Add the tool's schema to the tools, or leave those pairs "
+            "out (a rejected side's such call is a fair negative and is not counted).")
     if t.n_margins:
         report["mean_margin"] = round(t.margin_sum / t.n_margins, 4)
     if leaks.n_leaked:

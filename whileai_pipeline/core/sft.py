@@ -45,7 +45,7 @@ from .trl import (
     trl_completion_row,
     trl_training_row,
 )
-from .wire import ObjectTexts, check_tool_output_cap, has_tool_calls
+from .wire import ObjectTexts, check_tool_output_cap, declared_tool_names, has_tool_calls
 
 
 class _SftPlan:
@@ -63,6 +63,7 @@ class _SftPlan:
         self.summarize_groups = self.grouping  # off when a pre-scan already has every row's group
         self.encoding = ENCODINGS[format]
         self.tools_json = dumps(list(tools)) if tools else None  # every row's "tools", serialized once
+        self.declared = declared_tool_names(tools)  # a call to another tool is a hallucinated one
         # whether every TRL row may hold an integer beyond int64 in its tools (``_big_ints``)
         self.tools_digits = self.trl and self.tools_json is not None and has_long_digit_run(self.tools_json)
 
@@ -129,7 +130,7 @@ def _written(entry, plan, objects=None, long_run=None):
         if row is None:
             return None
     messages = row_conversation_messages(row)
-    checked, invalid = count_tool_calls(messages, plan.encoding, objects, known)
+    checked, invalid, undeclared = count_tool_calls(messages, plan.encoding, objects, known, plan.declared)
     if "completion" in row:
         trained, masked = len(row["completion"]), len(row["prompt"])
     else:
@@ -167,6 +168,7 @@ def _written(entry, plan, objects=None, long_run=None):
         no_reply,
         empty_reply,
         two_systems,
+        undeclared,
     )
     write = dumps_reusing if objects is None else objects.dumps
     body = write(row, "tools", plan.tools_json)
@@ -244,6 +246,8 @@ class _SftTally:
         self.no_reply = 0  # rows written with no assistant turn (nothing to train on)
         self.empty_reply = 0  # rows that train an assistant turn with no text and no tool call
         self.two_systems = 0  # rows with their own system message besides the export's system prompt
+        self.undeclared = 0  # rows that call a tool the export's tools do not declare, the first one's
+        self.first_undeclared = None  # (output line, tool name)
         self.weighted = 0  # source rows whose messages carry a weight (``_carries_weights``)
         self.crashed = 0  # source rows the agent crashed in (``crashed_rollout``)
         self.big_int_rows = 0  # TRL rows holding an integer beyond int64 (``_big_ints``), the first one's
@@ -284,7 +288,7 @@ class _SftTally:
                 continue
             facts, body, tail = written
             (checked, invalid, with_system, with_tools, has_calls, truncated, chars_cut, trained, masked,
-             reward_verdict, goes_on, masks_a_reply, no_reply, empty_reply, two_systems, big) = facts
+             reward_verdict, goes_on, masks_a_reply, no_reply, empty_reply, two_systems, undeclared, big) = facts
             self.roundtrip.record(self.n_out, checked, invalid)
             self.with_system += with_system
             self.with_tools += with_tools
@@ -300,6 +304,10 @@ class _SftTally:
             self.no_reply += no_reply
             self.empty_reply += empty_reply
             self.two_systems += two_systems
+            if undeclared is not None:
+                self.undeclared += 1
+                if self.first_undeclared is None:
+                    self.first_undeclared = (self.n_out + 1, undeclared)
             if big:
                 self.big_int_rows += 1
                 if self.first_big_int is None:
@@ -706,6 +714,13 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             f"{t.two_systems} of {t.n_out} rows hold their own system message and were given the system prompt too "
             f"(from the {src.system_source}): they open with two system turns, a context the model will not see "
             "when it runs. Pass system_prompt=\"\" to keep only the rows' own, or take it out of the rows.")
+    if t.undeclared:
+        line, name = t.first_undeclared
+        warnings.append(
+            f"{t.undeclared} of {t.n_out} rows call a tool that the tools written with them (from the "
+            f"{src.tools_source}) do not declare (first {name!r}, line {line} of the output): trained on them, the "
+            "model learns to call a tool it is not given. Add the tool's schema to the tools, or leave those rows "
+            "out (validate names each call: function_not_declared).")
     if not t.rows_read and src.hashed is None and not _rereadable(src.rows):  # an empty list or file: as spec E47
         warnings.append(
             "the iterator given as the source gave no rows, so the file has none; an iterator or generator is "

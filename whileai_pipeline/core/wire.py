@@ -227,6 +227,22 @@ def has_tool_calls(messages) -> bool:
     return any(isinstance(m, dict) and m.get("tool_calls") for m in messages or ())
 
 
+def declared_tool_names(tools):
+    """The function names a tool list declares (``{"type": "function", "function": {"name": ...}}``, or a flat
+    ``{"name": ...}``), or None when there are none or one tool's name cannot be read: a call is then not
+    said to be undeclared on a guess."""
+    names = set()
+    for tool in tools or ():
+        if not isinstance(tool, dict):
+            return None
+        fn = tool.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else tool.get("name")
+        if not isinstance(name, str) or not name:
+            return None
+        names.add(name)
+    return frozenset(names) or None
+
+
 # ---------------------------------------------------------------- content
 
 def strip_think_blocks(content: str) -> str:
