@@ -58,6 +58,8 @@ TRL_OTHER_CONTEXT = re.compile(r"^(\d+) of (\d+) pairs start the rejected side f
 CRASHED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side that is a crashed rollout")  # ours
 SAME_REPLY_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have the same reply as chosen and rejected")  # ours
 EMPTY_CHOSEN_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have an empty chosen reply")  # ours
+TWO_SYSTEMS_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side that holds its own system message and was "
+                               r"given the system prompt too")  # ours
 UNDECLARED = re.compile(r"^(\d+) of (\d+) rows call a tool that the tools written with them .* "
                         r"do not declare \(first '([^']*)', line (\d+) of the output\)")  # ours
 UNDECLARED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a chosen side that calls a tool the tools .* "
@@ -594,7 +596,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
                                                        "other_context": TRL_OTHER_CONTEXT,
                                                        "crashed": CRASHED_PAIRS, "same_reply": SAME_REPLY_PAIRS,
                                                        "empty_chosen": EMPTY_CHOSEN_PAIRS,
-                                                       "undeclared": UNDECLARED_PAIRS})
+                                                       "undeclared": UNDECLARED_PAIRS,
+                                                       "two_systems": TWO_SYSTEMS_PAIRS})
     exp_extra = {"user_turns"} if user_turns else set()
     # ours: pairs whose chosen row was cut by the reply token cap (export_dataset warns of such rows, spec 5.6)
     length_cut = sum(1 for p in kept if p["chosen"].get("finish_reason") == "length")
@@ -639,6 +642,14 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     if undeclared:
         exp_extra.add("undeclared")
         event("a chosen side calls an undeclared tool")
+    # ours: a side's own system message after the system prompt the export put first (TRL: in the prompt)
+    later_system = lambda ms: isinstance(ms, list) and any(  # noqa: E731
+        isinstance(m, dict) and m.get("role") == "system" for m in ms[1:])
+    two_systems = sum(1 for row in pred if system and (later_system(row["prompt"]) if fmt == "trl" else
+                                                       later_system(row["chosen"]) or later_system(row["rejected"])))
+    if two_systems:
+        exp_extra.add("two_systems")
+        event("a pair side opens with two system turns")
     if chosen_leaks["n_leaked"]:
         exp_extra.add("d12_chosen")
     if rejected_quoting:
@@ -671,6 +682,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
         assert extra["empty_chosen"].groups() == (str(empty_chosen), str(len(pred)))
     if "skipped" in extra:
         assert extra["skipped"].groups() == (str(skipped), str(len(pairs))), extra["skipped"].group(0)
+    if "two_systems" in extra:
+        assert extra["two_systems"].groups() == (str(two_systems), str(len(pred))), extra["two_systems"].group(0)
     if "undeclared" in extra:
         expected = (str(undeclared), str(len(pred)), first_undeclared[1], str(first_undeclared[0]))
         assert extra["undeclared"].groups() == expected, extra["undeclared"].group(0)

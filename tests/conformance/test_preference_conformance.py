@@ -276,3 +276,36 @@ def test_entries_that_are_not_objects_are_skipped_and_said(tmp_path, fmt, only_j
         with pytest.raises(ours.NoPreferencePairsError, match=r"Here 3 of 3 entries are not objects and were "
                                                               r"skipped \(a whole JSON array of pairs"):
             ours.export_preference(pairs, tmp_path / "x.jsonl", format=fmt)
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+def test_sides_with_their_own_system_message_match_reference_and_are_said(tmp_path, fmt):
+    """Ours: a side whose messages hold a system message, given the system prompt too, opens with two system
+    turns (the spec keeps both); the warning's count is predicted from the rows as written."""
+    own = {"role": "system", "content": "Own rules."}
+    chosen = {"prompt": "Refund A", "messages": [own, {"role": "user", "content": "Refund A"},
+                                                 {"role": "assistant", "content": "Refunded."}]}
+    rejected = {"prompt": "Refund A", "messages": [own, {"role": "user", "content": "Refund A"},
+                                                   {"role": "assistant", "content": "No."}]}
+    plain = {"prompt": "Refund B", "final_text": "Refunded B."}
+    pairs = [_pair(chosen, rejected, margin=1.0), _pair(plain, {"prompt": "Refund B", "final_text": "No."}, margin=1.0)]
+    for system_prompt in ("You are the shop assistant.", ""):
+        out = tmp_path / repr(system_prompt)
+        check_export_preference(ref, ours, pairs, out, fmt=fmt, drop_ties=True, system_prompt=system_prompt,
+                                tools=None, strip_think=True, validate=True)
+    report = ours.export_preference(pairs, None, system_prompt="S", format=fmt)
+    assert [w for w in report["warnings"] if w.startswith("1 of 2 pairs have a side that holds its own system")]
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+def test_chosen_calls_to_undeclared_tools_match_reference_and_are_said(tmp_path, fmt):
+    """Ours: a chosen side that calls a tool the tools written with it do not declare is counted (DPO pushes it
+    up); a rejected side's is not. The count, first name and line are predicted from the rows as written."""
+    lookup = {"tool": "lookup", "arguments": {"id": "A"}, "result": {"ok": True}}
+    good = {"prompt": "Refund A", "steps": [REFUND_CALL], "final_text": "Refunded."}
+    bad = {"prompt": "Refund A", "steps": [lookup], "final_text": "Looked."}
+    pairs = [_pair(good, bad, margin=1.0), _pair(bad, good, margin=1.0)]
+    check_export_preference(ref, ours, pairs, tmp_path, fmt=fmt, drop_ties=True, system_prompt="S",
+                            tools=TOOL_SCHEMAS, strip_think=True, validate=True)
+    report = ours.export_preference(pairs, None, system_prompt="S", tools=TOOL_SCHEMAS, format=fmt)
+    assert [w for w in report["warnings"] if w.startswith("1 of 2 pairs have a chosen side that calls a tool")]

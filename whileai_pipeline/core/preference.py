@@ -148,10 +148,17 @@ def _pair_outcomes(item, plans):
             has_calls and not with_system,
             # the chosen side is the one DPO pushes up; a rejected call to a tool nobody gave is a fair negative
             chosen_calls[2],
+            # a side's own system message after the system prompt the export put first (a TRL pair's is its prompt)
+            bool(base.system) and (_later_system(row["prompt"]) if plan.trl else
+                                   _later_system(row["chosen"]) or _later_system(row["rejected"])),
         )
         write = dumps_reusing if placed is None else placed.dumps
         outcomes.append((preference_problems(row), facts, write(row, "tools", plan.tools_json)))
     return outcomes
+
+
+def _later_system(messages) -> bool:
+    return isinstance(messages, list) and any(isinstance(m, dict) and m.get("role") == "system" for m in messages[1:])
 
 
 def _opens_with_system(messages) -> bool:
@@ -182,6 +189,7 @@ class _PairTally:
         self.crashed = 0  # pairs written with a side whose final_text is an agent error
         self.same_reply = 0  # pairs written whose chosen and rejected replies are the same
         self.empty_chosen = 0  # pairs written whose chosen reply has no words and no tool call
+        self.two_systems = 0  # pairs written with a side that opens with two system turns
         self.undeclared = 0  # pairs whose chosen side calls a tool the export's tools do not declare, the first's
         self.first_undeclared = None  # (output line, tool name)
 
@@ -214,7 +222,7 @@ class _PairTally:
             return
         (chosen_calls, rejected_calls, leak, rejected_quotes, has_calls, delta, identical, margin, user_turns,
          no_reply, length_cut, other_context, crashed, same_reply, empty_chosen, calls_without_system,
-         undeclared) = facts
+         undeclared, two_systems) = facts
         self.roundtrip.record(2 * self.n_out, *chosen_calls)
         self.roundtrip.record(2 * self.n_out + 1, *rejected_calls)
         self.leaks.record(leak)
@@ -232,6 +240,7 @@ class _PairTally:
         self.crashed += crashed
         self.same_reply += same_reply
         self.empty_chosen += empty_chosen
+        self.two_systems += two_systems
         if undeclared is not None:
             self.undeclared += 1
             if self.first_undeclared is None:
@@ -488,6 +497,11 @@ def _checked_report(tally, src, format, name="export_preference"):
             f"{t.empty_chosen} of {n_out} pairs have an empty chosen reply (no assistant text after strip_think, "
             "e.g. a reply that was only a <think> block, and no tool call): DPO pushes the model towards saying "
             "nothing. Leave those pairs out of the export, and look at why the grader preferred them.")
+    if t.two_systems:
+        report.setdefault("warnings", []).append(
+            f"{t.two_systems} of {n_out} pairs have a side that holds its own system message and was given the system "
+            f"prompt too (from the {src.system_source}): it opens with two system turns, a context the model will not "
+            "see when it runs. Pass system_prompt=\"\" to keep only the sides' own, or take it out of the rows.")
     if t.undeclared:
         line, name = t.first_undeclared
         report.setdefault("warnings", []).append(
