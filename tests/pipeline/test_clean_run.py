@@ -155,6 +155,37 @@ def test_reexport_of_unchanged_input_is_byte_identical(clean):
     assert tree_bytes(chain.storage.published_dir(key)) == before
 
 
+def _stats(directory):
+    """``{relative path: (mtime_ns, inode)}`` of every file under ``directory``."""
+    return {str(p.relative_to(directory)): (p.stat().st_mtime_ns, p.stat().st_ino)
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_an_unchanged_re_run_leaves_every_published_file_and_report_untouched(clean):
+    """The docs say an unchanged re-run leaves the published files as they are, but every re-run renamed
+    a new copy of each .report.json over the old one: the same bytes, a new mtime and inode, so a sync
+    that compares mtimes copied the reports again. A report that differs is still rewritten."""
+    chain, key, result = clean
+    assert result.success
+    published = chain.storage.published_dir(key)
+    before = _stats(published)
+    assert sorted(before) == PUBLISHED
+    again = chain.materialize(key)  # the whole chain: re-read, re-score, re-pair, re-export
+    assert again.success
+    assert materialization(again, "sft_export")["status"].value == "unchanged"
+    assert _stats(published) == before
+
+    report = chain.storage.published_path(key, "sft", "openai").with_name("sft.openai.report.json")
+    right = report.read_bytes()
+    report.write_bytes(right.replace(b'"format"', b'"format" '))  # edited by hand: other bytes, same meaning
+    edited = _stats(published)
+    assert chain.materialize(key, selection=["sft_export"]).success
+    assert report.read_bytes() == right
+    after = _stats(published)
+    assert after.pop(report.name) != edited.pop(report.name)
+    assert after == edited  # the data file and the other reports were left alone
+
+
 def test_config_change_republishes(clean):
     chain, key, result = clean
     before = chain.storage.published_path(key, "sft", "openai").read_bytes()

@@ -376,10 +376,15 @@ def write_jsonl(dest, rows) -> int:
     return n
 
 
+def json_document(value, *, indent=True) -> bytes:
+    """The bytes ``write_json`` writes for ``value``, so a caller can tell a file that already holds them."""
+    return dumps(value, _DUMP_OPTS | (orjson.OPT_INDENT_2 if indent else 0)) + b"\n"
+
+
 def write_json(dest, value, *, indent=True) -> None:
     """Write one JSON document atomically (reports, sidecars)."""
     with atomic_file(dest) as fh:
-        fh.write(dumps(value, _DUMP_OPTS | (orjson.OPT_INDENT_2 if indent else 0)) + b"\n")
+        fh.write(json_document(value, indent=indent))
 
 
 def read_json(path):

@@ -7,7 +7,8 @@ gets the full report, then:
   ``privileged_leaks.n_leaked``);
 * when no gate failed, or ``validate`` is off, ``publish`` writes every report beside its candidate,
   then renames the candidates and reports into ``published/<run>/`` (same filesystem, so each file
-  appears atomically). A candidate with no rows is not published: an empty training file is no export
+  appears atomically). A published file or report that already holds the same bytes is left as it is
+  (its mtime and inode too). A candidate with no rows is not published: an empty training file is no export
   (OpenAI and TRL both refuse it), so when no format has a row the earlier files of that kind stay, and
   the metadata says so. Once a kind is published, its files in the formats this export did not publish
   are removed (``others``);
@@ -28,12 +29,13 @@ half-way (EPERM, EACCES) is undone instead: the files already replaced are put b
 import datetime
 import os
 import shutil
+import stat
 from pathlib import Path
 
 import orjson
 
 from whileai_pipeline.core.atomic import fsync_dir, mode_for
-from whileai_pipeline.core.jsonl import sha256_file, write_json
+from whileai_pipeline.core.jsonl import json_document, sha256_file, write_json
 
 from . import journal
 
@@ -63,7 +65,8 @@ def failed_gates(reports: dict) -> dict:
 
 def report_for_file(report: dict, path) -> dict:
     """The report as stored beside a file: ``path`` names where the file now is, and the volatile
-    ``elapsed_seconds`` is left out so an unchanged re-export rewrites identical bytes."""
+    ``elapsed_seconds`` is left out so an unchanged re-export comes to identical bytes (and ``publish``
+    leaves the stored report alone)."""
     out = {k: v for k, v in report.items() if k not in VOLATILE_REPORT_KEYS}
     if "path" in out and out["path"] is not None:
         out["path"] = str(path) if path is not None else None
@@ -80,6 +83,19 @@ def _written(report, candidate: Path) -> bool:
     return report.get("path") is not None and candidate.is_file()
 
 
+def _holds(path: Path, data: bytes) -> bool:
+    """Whether ``path`` is a regular file (not a link) holding exactly ``data``. Such a report is left alone:
+    the docs promise an unchanged re-run leaves the published files untouched, and a sync or backup that
+    compares mtimes would otherwise copy four reports again after every re-run. Unreadable: False (rewritten)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            return stat.S_ISREG(st.st_mode) and st.st_size == len(data) and fh.read(len(data) + 1) == data
+    except OSError:
+        return False
+
+
 def has_rows(report: dict) -> bool:
     """Whether the export wrote at least one row (an SFT report's ``n_written``, a DPO report's pairs)."""
     return bool(report.get("n_written", report.get("pairs")))
@@ -90,7 +106,8 @@ def publish(candidates: dict, reports: dict, destinations: dict, kind: str, othe
 
     ``outcome`` has ``path`` (None when nothing is published: the library wrote no file, e.g. no
     preference pairs, or a file without rows), ``sha256`` and ``unchanged`` (True when the published
-    bytes were already identical, in which case the file is left alone). ``others`` maps every format
+    bytes were already identical, in which case the file is left alone; so is a published report that
+    already holds the bytes it would get). ``others`` maps every format
     of ``kind`` to its published path: once something is published, the files (and reports) of the
     formats not published this time are removed, so the files of one kind never mix two inputs.
 
@@ -111,11 +128,13 @@ def publish(candidates: dict, reports: dict, destinations: dict, kind: str, othe
         sha = report.get("sha256") or sha256_file(candidate)  # the exporter hashed what it wrote
         dest.parent.mkdir(parents=True, exist_ok=True)
         unchanged = dest.is_file() and dest.stat().st_size == candidate.stat().st_size and sha256_file(dest) == sha
-        staged_report = report_file(candidate)  # beside the candidate: the same filesystem as dest
-        write_json(staged_report, report_for_file(report, dest))
+        stored = report_for_file(report, dest)
         if not unchanged:
             moves.append((candidate, dest))
-        moves.append((staged_report, report_file(dest)))
+        if not _holds(report_file(dest), json_document(stored)):
+            staged_report = report_file(candidate)  # beside the candidate: the same filesystem as dest
+            write_json(staged_report, stored)
+            moves.append((staged_report, report_file(dest)))
         outcomes[fmt] = {"path": str(dest), "sha256": sha, "unchanged": unchanged}
     removed = []
     if others and any(o["path"] for o in outcomes.values()):
