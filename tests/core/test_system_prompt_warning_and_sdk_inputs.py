@@ -96,3 +96,25 @@ def test_the_rows_report_tuple_of_select_for_sft_is_refused_by_name(tmp_path):
         assert str(refused.value).endswith(hint), refused.value
     assert not (tmp_path / "a.jsonl").exists() and not (tmp_path / "b.jsonl").exists()
     assert wai.training_rows(rows)  # the rows themselves are fine
+
+
+def test_a_pairs_file_without_tools_or_system_prompt_is_told_of_the_sidecar_beside_it(tmp_path):
+    """The pipeline names the run's sidecar in these warnings; a caller of export_preference with a pairs
+    file keeps the advice that fits it (its arguments, or the sidecar beside that file), and that sidecar
+    is what the export then reads."""
+    def pair():
+        chosen, rejected = _messages_row(None), _messages_row(None)
+        rejected["messages"][-1]["content"], rejected["reward"] = "No idea.", 0.0
+        return {"prompt": "Where is ORD-1?", "chosen": chosen, "rejected": rejected}
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(json.dumps(pair()) + "\n", encoding="utf-8")
+    rep = wai.export_preference(str(path), str(tmp_path / "out.jsonl"))
+    assert [w for w in rep["warnings"] if "make tool calls" in w] == [
+        "1 of 1 rows make tool calls but were exported without tool schemas; the trainer cannot show the model "
+        "the tools it calls. Pass tools=, or keep a <name>.meta.json sidecar beside the pairs file.",
+        "1 of 1 rows make tool calls but were exported without a system prompt. Pass system_prompt=, or keep a "
+        "<name>.meta.json sidecar beside the pairs file."]
+    (tmp_path / "pairs.meta.json").write_text(json.dumps({"system_prompt": "You track orders.", "tools": TOOLS}))
+    rep = wai.export_preference(str(path), str(tmp_path / "out.jsonl"))
+    assert not [w for w in rep.get("warnings", []) if "make tool calls" in w], rep.get("warnings")

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from .conftest import SAMPLE, SAMPLE_META, leaking_rows, read_rows, sample_rows, tree_bytes, write_rows
@@ -662,6 +663,34 @@ def test_the_cli_prints_the_warnings_a_published_export_carries(home, tmp_path, 
     out = io.StringIO()
     assert run_chain(SAMPLE, home=home, out=out) == 0
     assert "WARNING" not in out.getvalue(), out.getvalue()
+
+
+def test_the_warnings_of_a_run_without_a_sidecar_name_its_sidecar_not_a_stage_file(home, tmp_path, monkeypatch):
+    """Without a sidecar, the DPO export's warnings said to pass tools= and system_prompt= or to keep a
+    <name>.meta.json "beside the pairs file": a CLI user passes a run file, has neither argument and never
+    sees the pairs file the chain builds. They name the sidecar beside the run file given, which the next
+    run takes along (and then nothing is said)."""
+    from whileai_pipeline.cli import run_chain
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    src = tmp_path / "saved.jsonl"  # no saved.meta.json beside it
+    write_rows(src, sample_rows())
+    out = io.StringIO()
+    assert run_chain(src, home=home, out=out) == 0
+    said = [line for line in out.getvalue().splitlines() if "make tool calls but were exported without" in line]
+    assert sorted(line.split(":")[0].strip() for line in said) == ["dpo_export"] * 2 + ["sft_export"] * 2, said
+    sidecar = src.resolve().with_name("saved.meta.json")
+    for line in said:
+        assert line.endswith(f"Put system_prompt and tools in the run's sidecar {sidecar} (a JSON object beside "
+                             "saved.jsonl) and run it again."), line
+        assert "pairs file" not in line and "=," not in line, line
+    published = home / "published" / "saved" / "dpo.openai.report.json"
+    assert all("pairs file" not in w for w in orjson.loads(published.read_bytes())["warnings"])
+
+    shutil.copyfile(SAMPLE_META, sidecar)
+    out = io.StringIO()
+    assert run_chain(src, home=home, out=out) == 0
+    assert "make tool calls" not in out.getvalue(), out.getvalue()
 
 
 def test_a_run_where_every_row_failed_exits_0_and_its_leak_checks_do_not_blame_the_rows(home, tmp_path,

@@ -27,6 +27,11 @@ from .spool import Spool
 from .trl import first_assistant_index, trl_preference_row
 from .wire import ObjectTexts, declared_tool_names, has_tool_calls, to_wire
 
+# How the no-tools and no-system-prompt warnings end, for a caller of export_preference. The pipeline has no
+# such argument (it reads the run's sidecar) and puts its own advice in their place, found by these texts.
+NO_TOOLS_ADVICE = "Pass tools=, or keep a <name>.meta.json sidecar beside the pairs file."
+NO_SYSTEM_ADVICE = "Pass system_prompt=, or keep a <name>.meta.json sidecar beside the pairs file."
+
 PAIR_KEYS = (
     "tie", "pairwise", "first_turn_differs", "chosen_score", "rejected_score", "margin",
     "chosen_model", "rejected_model", "same_policy", "length_delta", "chosen_reason",
@@ -523,12 +528,11 @@ def _checked_report(tally, src, format, name="export_preference"):
     if rows_with_calls and not src.tools:
         report.setdefault("warnings", []).append(
             f"{rows_with_calls} of {n_out} rows make tool calls but were exported without tool schemas; "
-            "the trainer cannot show the model the tools it calls. Pass tools=, or keep a <name>.meta.json "
-            "sidecar beside the pairs file.")
+            f"the trainer cannot show the model the tools it calls. {NO_TOOLS_ADVICE}")
     if t.calls_without_system:  # a side whose own messages open with a system message has one
         report.setdefault("warnings", []).append(
             f"{t.calls_without_system} of {n_out} rows make tool calls but were exported without a system prompt. "
-            "Pass system_prompt=, or keep a <name>.meta.json sidecar beside the pairs file.")
+            f"{NO_SYSTEM_ADVICE}")
     if skipped:  # DECISIONS 15 counts them; the spec skips them without a word
         report.setdefault("warnings", []).append(f"{_skipped_entries(skipped, n_entries)}.")
     report["system_prompt_source"] = src.system_source

@@ -47,6 +47,11 @@ from .trl import (
 )
 from .wire import ObjectTexts, check_tool_output_cap, declared_tool_names, has_tool_calls
 
+# How the no-tools and no-system-prompt warnings end, for a caller of export_dataset. The pipeline has no
+# such argument (it reads the run's sidecar) and puts its own advice in their place, found by these texts.
+NO_TOOLS_ADVICE = "Pass tools=, or keep the run's <name>.meta.json sidecar beside the file."
+NO_SYSTEM_ADVICE = "Pass system_prompt=, or keep the run's <name>.meta.json sidecar beside the file."
+
 
 class _SftPlan:
     """Everything the per-row work needs; picklable, so worker processes get the same plan."""
@@ -647,12 +652,11 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
     if t.rows_with_calls and not src.tools:
         warnings.append(
             f"{t.rows_with_calls} of {t.n_out} rows make tool calls but were exported without tool schemas; "
-            "the trainer cannot show the model the tools it calls. Pass tools=, or keep the run's "
-            "<name>.meta.json sidecar beside the file.")
+            f"the trainer cannot show the model the tools it calls. {NO_TOOLS_ADVICE}")
     if t.calls_without_system:  # a row whose own messages open with a system message has one
         warnings.append(
             f"{t.calls_without_system} of {t.n_out} rows make tool calls but were exported without a system "
-            "prompt. Pass system_prompt=, or keep the run's <name>.meta.json sidecar beside the file.")
+            f"prompt. {NO_SYSTEM_ADVICE}")
     if t.big_int_rows:
         line, where, value = t.first_big_int
         digits = int.__repr__(value)

@@ -16,10 +16,12 @@ import hashlib
 import math
 import os
 import shutil
+from pathlib import Path
 
 import dagster as dg
 
 import whileai_pipeline.simulations as wai
+from whileai_pipeline.core import preference, sft
 from whileai_pipeline.core.atomic import atomic_file
 from whileai_pipeline.core.errors import BadJsonlError, ExportError, SourceChangedError, WriteFailedError
 from whileai_pipeline.core.jsonl import _BLANK, dumps_line, parse_line, sha256_file
@@ -618,7 +620,36 @@ def _export_candidates(context, storage, kind, formats, export, source, what, **
     except ValueError as exc:
         discard(cand_dir)
         raise _library_failure(exc, what) from None
+    _advise_the_run_sidecar(reports, storage, context.partition_key)
     return cand_dir, candidates, reports
+
+
+# The library ends its no-tools and no-system-prompt warnings with advice for its callers: pass tools= or
+# system_prompt=, or keep a sidecar beside the file given (for the DPO export, the pairs file). A pipeline
+# user passes neither and never handles a stage file: both come from the run's sidecar only.
+LIBRARY_SIDECAR_ADVICE = (sft.NO_TOOLS_ADVICE, sft.NO_SYSTEM_ADVICE,
+                          preference.NO_TOOLS_ADVICE, preference.NO_SYSTEM_ADVICE)
+
+
+def run_sidecar_advice(storage, key) -> str:
+    """What a pipeline user does for an export without tool schemas or system prompt: give the run a sidecar.
+    Named beside the file ``run``/``register`` copied into the inbox (the one the user has), else the inbox's."""
+    run = Path(storage.registered_from(key) or storage.find_run(key) or storage.run_path(key))
+    return (f"Put system_prompt and tools in the run's sidecar {meta_path_for(run)} (a JSON object beside "
+            f"{run.name}) and run it again.")
+
+
+def _advise_the_run_sidecar(reports, storage, key) -> None:
+    """Put ``run_sidecar_advice`` in place of the library's advice in each report's warnings (in place), so the
+    metadata, the stored reports and the CLI name what a pipeline user can act on."""
+    advice = None
+    for report in reports.values():
+        warnings = report.get("warnings") or []
+        for i, text in enumerate(warnings):
+            ending = next((a for a in LIBRARY_SIDECAR_ADVICE if isinstance(text, str) and text.endswith(a)), None)
+            if ending is not None:
+                advice = advice or run_sidecar_advice(storage, key)
+                warnings[i] = text[: -len(ending)] + advice
 
 
 def _gates_run_after(context) -> bool:
