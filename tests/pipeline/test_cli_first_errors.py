@@ -24,6 +24,20 @@ def _run(cli_module, capsys, *args):
     ("max_pairs_per_prompt: 0\n", "max_pairs_per_prompt must be at least 1"),
     ("min_margin: abc\n", "min_margin: Input should be a valid number"),
     ("ops:\n  sft_export:\n    config:\n      mask_modes: final\n", 'unexpected config entry "mask_modes"'),
+    # Dagster's form without its ops: section was "unknown option(s) ['resources']" and the flat options' list
+    ("resources:\n  storage:\n    config:\n      root: elsewhere\n",
+     "no 'ops:' section, so the file is read as flat options, but 'resources' is a key of Dagster's run config: "
+     "with a top-level 'ops:' it is taken as Dagster's run config, each asset's options under ops: <asset>: "
+     "config: (ops: {} when no asset option is set); or, for flat options, leave 'resources' out (--home DIR "
+     "gives the storage root)"),
+    ("sft_export:\n  config:\n    mask_mode: final\n",
+     "no 'ops:' section, so the file is read as flat options, but 'sft_export' is an asset: with a top-level "
+     "'ops:' it is taken as Dagster's run config, each asset's options under ops: <asset>: config: (here: "
+     "ops.sft_export.config.mask_mode); or, for flat options, lift the options out of 'sft_export' to the top level"),
+    ('{"dpo_export": {"strip_think": false}, "mask_mode": "final", "loggers": {}}',
+     "but 'dpo_export' is an asset, 'loggers' is a key of Dagster's run config: with a top-level 'ops:' it is "
+     "taken as Dagster's run config, each asset's options under ops: <asset>: config: (here: "
+     "ops.dpo_export.config.strip_think, ops.sft_export.config.mask_mode)"),
 ])
 def test_a_config_error_names_the_config_file(tmp_path, monkeypatch, capsys, text, said):
     from whileai_pipeline import cli as cli_module

@@ -299,6 +299,8 @@ def flat_to_run_config(options: dict, assets=None) -> dict:
     if "ops" in options:
         _check_op_configs(options["ops"])
         return options
+    if said := _dagster_form_without_ops(options):
+        raise ConfigFileError(said)
     unknown = sorted(set(options) - set(FLAT_OPTIONS))
     if unknown:
         guesses = {name: difflib.get_close_matches(name, FLAT_OPTIONS, n=1) for name in unknown}
@@ -318,6 +320,47 @@ def flat_to_run_config(options: dict, assets=None) -> dict:
         _check_values(asset, CONFIG_CLASSES[asset], values)
         ops[asset] = {"config": values}
     return {"ops": ops} if ops else {}
+
+
+# Dagster run config's top-level keys besides ``ops``: no flat option has their names
+RUN_CONFIG_KEYS = ("resources", "execution", "loggers")
+PATHS_SHOWN = 4  # ops.<asset>.config.<option> paths an error lists before "..."
+
+
+def _dagster_form_without_ops(options) -> Optional[str]:
+    """What is wrong with a file that has no ``ops:`` but holds Dagster run config's other keys or asset names
+    at the top level (Dagster's form without its ``ops:`` section), else None. Read as flat options it was
+    "unknown option(s) ['resources']" and a list of flat options, naming neither ``ops:`` nor where to go."""
+    assets = [name for name in options if name in CONFIG_CLASSES]
+    dagster_keys = [name for name in options if name in RUN_CONFIG_KEYS]
+    if not assets and not dagster_keys:
+        return None
+    flat = [name for name in options if name in FLAT_OPTIONS]
+    paths = [f"ops.{asset}.config.{option}" for asset in assets for option in _asset_options(options[asset])]
+    paths += [f"ops.{asset}.config.{name}" for name in flat for asset in FLAT_OPTIONS[name]]
+    here = ""
+    if paths:
+        shown = ", ".join(paths[:PATHS_SHOWN]) + (", ..." if len(paths) > PATHS_SHOWN else "")
+        here = f" (here: {shown})"
+    kinds = [f"{name!r} is an asset" for name in assets] + [f"{name!r} is a key of Dagster's run config"
+                                                             for name in dagster_keys]
+    said = (f"no 'ops:' section, so the file is read as flat options, but {', '.join(kinds)}: with a top-level "
+            f"'ops:' it is taken as Dagster's run config, each asset's options under ops: <asset>: config:{here}")
+    if not paths:
+        said += " (ops: {} when no asset option is set)"
+    steps = [f"lift the options out of {', '.join(map(repr, assets))} to the top level"] if assets else []
+    for key in dagster_keys:
+        storage = key == "resources" and isinstance(options[key], dict) and "storage" in options[key]
+        steps.append(f"leave {key!r} out" + (" (--home DIR gives the storage root)" if storage else ""))
+    return f"{said}; or, for flat options, {' and '.join(steps)}"
+
+
+def _asset_options(block) -> list:
+    """The option names of an asset's block given at the top level: under its ``config:`` or right in it."""
+    if not isinstance(block, dict):
+        return []
+    values = block.get("config") if "config" in block else block
+    return list(values) if isinstance(values, dict) else []
 
 
 def check_run_config(run_config) -> None:
