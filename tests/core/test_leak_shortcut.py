@@ -1,6 +1,8 @@
 """The leak gate's shortcut (skip normalizing replies when no needle's longest word occurs) is exact, for
 spec 6.2's reading of a quote and for the loose one (reference_match's reading of a repeat)."""
 
+import unicodedata
+
 from hypothesis import given, settings, strategies as st
 
 from whileai_pipeline.core.conversation import conversation
@@ -9,7 +11,8 @@ from whileai_pipeline.core.scoring import normalize_answer  # how reference_matc
 
 # Letters whose case mapping is unusual (final sigma, dotted I, ligatures), and assorted whitespace.
 # Punctuation and full-width letters exercise the loose reading (NFKC, punctuation to spaces).
-ALPHABET = st.sampled_from(list("abcXYZ Σσςİıßẞﬁǅ\u00a0\u2003\t\n\r\x1c.,-:")
+# Invisible characters (zero-width space and joiner, word joiner, soft hyphen, BOM, a tag) hide nothing from it.
+ALPHABET = st.sampled_from(list("abcXYZ Σσςİıßẞﬁǅ\u00a0\u2003\t\n\r\x1c.,-:\u200b\u200d\u2060\u00ad\ufeff\U000e0041")
                            + ["ΟΔΟΣ", "İstanbul", "STRASSE", "ａｂｃ", "\u2014", "1.5", "'", "2", "9,", "_"])
 TEXT = st.lists(ALPHABET, max_size=40).map("".join)
 
@@ -29,21 +32,27 @@ def replies(row) -> str:
     return "\n".join(p for p in parts if p)
 
 
+def visible(value: str) -> str:
+    """``value`` without its format characters (Unicode category Cf), which the loose reading does not see."""
+    return "".join(c for c in value if unicodedata.category(c) != "Cf")
+
+
 def _slow_verdict(row, min_len=12):
-    """The definition: every privileged string's normalized form, searched in the normalized replies."""
+    """The definition: every privileged string's normalized form, searched in the normalized replies; then
+    each one's words among the replies' words, both without their invisible characters."""
     needles = []
     for field in ("reference", "principle", "hidden_state"):
         value = row["privileged"].get(field)
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str) and len(normalize(item)) >= min_len:
-                needles.append((field, normalize(item), normalize_answer(item)))
+                needles.append((field, normalize(item), normalize_answer(visible(item))))
     if not needles:
         return None
     haystack = normalize(replies(row))  # normalizes every reply, no shortcut
     for field, needle, _ in needles:
         if needle in haystack:
             return field, needle
-    said = f" {normalize_answer(replies(row))} "  # then the needle's words among the replies' words
+    said = f" {normalize_answer(visible(replies(row)))} "  # then the needle's words among the replies' words
     for field, needle, words in needles:
         if len(words) >= min_len and f" {words} " in said:
             return field, needle
@@ -78,4 +87,18 @@ def test_shortcut_gives_the_same_verdict_when_the_final_repeats_a_reply(replies,
     secrets = secrets + [joined[a:b].upper(), "  " + joined[a:b].replace(" ", "\u2003 ") + "\n"]
     row = {"prompt": "q", "steps": [{"text": r} for r in replies], "final_text": final,
            "privileged": {"reference": secrets[0], "principle": secrets[1:]}}
+    assert leak_verdict(row) == _slow_verdict(row)
+
+
+@settings(max_examples=400, deadline=None)
+@given(replies=st.lists(TEXT, min_size=1, max_size=4), final=TEXT, quote=st.data(), put_in=st.booleans())
+def test_invisible_characters_hide_no_quote(replies, final, quote, put_in):
+    # the only needle is a piece of the replies with their invisible characters taken out, or with zero-width
+    # spaces put in between its characters: the loose reading must see the quote all the same
+    joined = " ".join(replies)
+    a = quote.draw(st.integers(0, len(joined)))
+    b = quote.draw(st.integers(a, len(joined)))
+    secret = "\u200b".join(joined[a:b]) if put_in else visible(joined[a:b])
+    row = {"prompt": "q", "steps": [{"text": r} for r in replies], "final_text": final,
+           "privileged": {"reference": secret}}
     assert leak_verdict(row) == _slow_verdict(row)

@@ -1,0 +1,56 @@
+"""Invisible characters (zero-width spaces and joiners, word joiner, soft hyphen, byte-order mark) put inside
+a recited reference do not hide it from the leak gate: a reader sees the same words, the model learns them."""
+
+import sys
+import unicodedata
+
+import pytest
+
+import whileai_pipeline.simulations as wai
+from whileai_pipeline.core import gates
+
+REFERENCE = "ALPHA-7731-ZEBRA-RIVER"
+HIDDEN = ["ZE\u200bBRA", "ZE\u200dBRA", "ZE\u2060BRA", "ZE\u00adBRA", "ZE\ufeffBRA", "ZE\u200eBRA", "ZE\U000e0041BRA"]
+
+
+def _row(reply, reference=REFERENCE):
+    return {"prompt": "Where is my refund?", "scenario_id": "s1", "reward": 1.0,
+            "steps": [{"text": reply}], "final_text": reply, "privileged": {"reference": reference}}
+
+
+def test_every_format_character_this_python_knows_is_invisible_to_the_gate():
+    """The class is written out (building it from unicodedata at import costs 0.2 s); a Python whose Unicode
+    data has more format characters than Unicode 14's fails here: add them to ``gates._INVISIBLE``."""
+    matched = {c for c in range(sys.maxunicode + 1) if gates._INVISIBLE.match(chr(c))}
+    cf = {c for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf"}
+    assert matched == cf, (unicodedata.unidata_version, sorted(map(hex, cf ^ matched)))
+
+
+@pytest.mark.parametrize("word", HIDDEN)
+@pytest.mark.parametrize("around", ["Your code is {}.", "Ihr Code lautet {} – schön.", "😀 code: {}"],
+                         ids=["ascii", "latin-1", "other"])
+def test_a_reference_with_an_invisible_character_inside_a_word_is_a_leak(word, around):
+    reply = around.format(REFERENCE.replace("ZEBRA", word))
+    report = wai.leak_report([_row(reply)])
+    assert report["n_leaked"] == 1, reply
+
+
+def test_a_reference_holding_an_invisible_character_is_found_without_it():
+    report = wai.leak_report([_row("Your code is alpha 7731 zebra river.", reference="ALPHA-7731-ZE\u200bBRA-RIVER")])
+    assert report["n_leaked"] == 1
+
+
+def test_invisible_characters_join_no_words_that_were_not_said():
+    # a zero-width space between two words is no space: "zeb" + "ra" is not said where the reply has "zeb\u200b ra"
+    assert wai.leak_report([_row("Your code is ALPHA-7731-ZEB\u200b RA-RIVER.")])["n_leaked"] == 0
+    assert wai.leak_report([_row("Your code is ALPHA-7731-ZEBRA\u200bS-RIVER.")])["n_leaked"] == 0
+
+
+def test_the_exports_refuse_a_hidden_recital(tmp_path):
+    hidden = f"Your code is {REFERENCE.replace('ZEBRA', 'ZE' + chr(0x200B) + 'BRA')}."
+    with pytest.raises(wai.PrivilegedLeakError, match="^privileged_leak"):
+        wai.export_dataset([_row(hidden)], tmp_path / "sft.jsonl", system_prompt="S")
+    assert not (tmp_path / "sft.jsonl").exists()
+    pair = {"prompt": "Where is my refund?", "chosen": _row(hidden), "rejected": _row("I cannot say."), "margin": 1.0}
+    with pytest.raises(wai.PrivilegedLeakError, match="^privileged_leak"):
+        wai.export_preference([pair], tmp_path / "dpo.jsonl", system_prompt="S")
