@@ -93,3 +93,20 @@ def test_preference_export_counts_chosen_sides_only(tmp_path, fmt):
     assert warning.startswith("2 of 3 pairs have a chosen side that calls a tool the tools written with them (from "
                               "the argument) do not declare (first 'refund', line 2 of the output)")
     assert "rejected side" in warning  # says why a rejected side's call is not counted
+
+
+def test_pooled_preference_export_gives_the_same_warnings(tmp_path, monkeypatch):
+    own = {"role": "system", "content": "Own rules."}
+    good, bad = _row("lookup"), _row("refund", reward=0.0)
+    with_system = {"messages": [own, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+    pairs = [{"prompt": "q", "chosen": bad if i % 4 == 0 else good, "rejected": with_system if i % 5 == 0 else bad,
+              "margin": 1.0} for i in range(80)]
+    src = tmp_path / "pairs.jsonl"
+    src.write_bytes(b"".join(orjson.dumps(p) + b"\n" for p in pairs))
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 2048)  # many chunks even for a small file
+    kwargs = dict(tools=[LOOKUP], system_prompt="S", validate=False)
+    one = wai.export_preference(src, tmp_path / "one.jsonl", workers=1, **kwargs)
+    two = wai.export_preference(src, tmp_path / "two.jsonl", workers=2, **kwargs)
+    assert one["warnings"] == two["warnings"]
+    assert [w for w in two["warnings"] if w.startswith("20 of 80 pairs have a chosen side that calls a tool")]
+    assert [w for w in two["warnings"] if w.startswith("16 of 80 pairs have a side that holds its own system")]
