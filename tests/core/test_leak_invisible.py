@@ -8,6 +8,7 @@ import pytest
 
 import whileai_pipeline.simulations as wai
 from whileai_pipeline.core import gates
+from whileai_pipeline.core.scoring import resolve_scorer
 
 REFERENCE = "ALPHA-7731-ZEBRA-RIVER"
 HIDDEN = ["ZE\u200bBRA", "ZE\u200dBRA", "ZE\u2060BRA", "ZE\u00adBRA", "ZE\ufeffBRA", "ZE\u200eBRA", "ZE\U000e0041BRA"]
@@ -54,3 +55,25 @@ def test_the_exports_refuse_a_hidden_recital(tmp_path):
     pair = {"prompt": "Where is my refund?", "chosen": _row(hidden), "rejected": _row("I cannot say."), "margin": 1.0}
     with pytest.raises(wai.PrivilegedLeakError, match="^privileged_leak"):
         wai.export_preference([pair], tmp_path / "dpo.jsonl", system_prompt="S")
+
+
+# A zero-width space with no other space beside it is a word break to the scorer (reference_match reads it as
+# punctuation): Thai text breaks its words so, and a reply can put one between a word and the reference.
+SAID_WITH_A_BREAK = [
+    ("Your code is\u200bALPHA 7731 ZEBRA RIVER.", REFERENCE),
+    ("ALPHA 7731 ZEBRA RIVER\u200bis your code", REFERENCE),
+    ("คำตอบคือ\u200bรหัสลับ, มะม่วงสุกหวาน", "รหัสลับ มะม่วงสุกหวาน"),  # Thai, its words broken by U+200B
+    ("รหัสลับ มะม่วงสุกหวาน ครับ", "รหัสลับ\u200bมะม่วงสุกหวาน"),  # the reference's own break is a space here
+]
+
+
+@pytest.mark.parametrize("reply, reference", SAID_WITH_A_BREAK, ids=["before", "after", "thai", "thai-reference"])
+def test_a_recital_the_scorer_pays_for_stays_a_leak_where_an_invisible_character_breaks_words(
+        tmp_path, reply, reference):
+    """Reading text only without its invisible characters joined the words beside a zero-width space, so the
+    gate passed a recital that reference_match pays for and the gate caught before."""
+    row = _row(reply, reference)
+    assert resolve_scorer("reference_match").score_row(row)["reward"] == 1.0  # the scorer pays: a recital
+    assert wai.leak_report([row])["n_leaked"] == 1, reply
+    with pytest.raises(wai.PrivilegedLeakError, match="^privileged_leak"):
+        wai.export_dataset([row], tmp_path / "sft.jsonl", system_prompt="S")

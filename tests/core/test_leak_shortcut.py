@@ -40,22 +40,24 @@ def visible(value: str) -> str:
 
 def _slow_verdict(row, min_len=12):
     """The definition: every privileged string's normalized form, searched in the normalized replies; then
-    each one's words among the replies' words, both without their invisible characters."""
+    each one's words among the replies' words, each read as the scorer reads it and without its invisible
+    characters."""
     needles = []
     for field in ("reference", "principle", "hidden_state"):
         value = row["privileged"].get(field)
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str) and len(normalize(item)) >= min_len:
-                needles.append((field, normalize(item), normalize_answer(visible(item))))
+                needles.append((field, normalize(item), {normalize_answer(item), normalize_answer(visible(item))}))
     if not needles:
         return None
     haystack = normalize(replies(row))  # normalizes every reply, no shortcut
     for field, needle, _ in needles:
         if needle in haystack:
             return field, needle
-    said = f" {normalize_answer(visible(replies(row)))} "  # then the needle's words among the replies' words
-    for field, needle, words in needles:
-        if len(words) >= min_len and f" {words} " in said:
+    # then the needle's words among the replies' words
+    said = [f" {normalize_answer(replies(row))} ", f" {normalize_answer(visible(replies(row)))} "]
+    for field, needle, readings in needles:
+        if any(len(words) >= min_len and f" {words} " in text for words in readings for text in said):
             return field, needle
     return False
 

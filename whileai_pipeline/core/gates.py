@@ -194,7 +194,9 @@ def leak_needles(row, min_len=LEAK_MIN_QUOTE_CHARS):
 def _needle_set(row, min_len):
     """(needles, the distinct longest words among them, the needles read loosely, the distinct longest words
     among those), built once per privileged block. A needle is (field path, normalized text, its longest
-    word, its ``normalize_answer`` text or None when that is shorter than ``min_len``)."""
+    word, its loose readings: its ``normalize_answer`` text, and that of it without its invisible characters
+    when it holds any, each left out when shorter than ``min_len``). A needle read loosely is (field path,
+    normalized text, one loose reading)."""
     privileged = row.get("privileged")
     if not isinstance(privileged, dict):
         return _NO_NEEDLES
@@ -213,7 +215,7 @@ def _needle_set(row, min_len):
 
 def _with_words(needles):
     words = tuple(dict.fromkeys(word for _, _, word, _ in needles))
-    loose = tuple((path, needle, said) for path, needle, _, said in needles if said)
+    loose = tuple((path, needle, said) for path, needle, _, readings in needles for said in readings)
     loose_words = tuple(dict.fromkeys(max(said.split(" "), key=len) for _, _, said in loose))
     return needles, words, loose, loose_words, tuple(word for word in loose_words if word not in words)
 
@@ -239,10 +241,15 @@ def _needles(privileged, min_len):
             needle = normalize(value)
             if len(needle) >= min_len:
                 # plain ASCII words read the same loosely (normalize_answer costs 5 µs a needle)
-                words = (needle if needle.isascii() and needle.replace(" ", "").isalnum() else
-                         normalize_answer(_visible(value)))
+                if needle.isascii() and needle.replace(" ", "").isalnum():
+                    readings = (needle,)
+                else:  # as the scorer reads it, and without its invisible characters (``_quote_in``)
+                    seen = _visible(value)
+                    readings = (normalize_answer(value),)
+                    if seen is not value:
+                        readings = tuple(dict.fromkeys(readings + (normalize_answer(seen),)))
                 needles.append((path, needle, max(needle.split(" "), key=len),
-                                words if len(words) >= min_len else None))
+                                tuple(words for words in readings if len(words) >= min_len)))
 
     for field in LEAK_FIELDS:
         value = privileged.get(field)
@@ -272,34 +279,38 @@ def _reply_parts(row, rebuilt):
     return parts
 
 
-def _folded(lowered):
+def _readings(lowered):
     """``lowered`` as ``normalize_answer`` reads it before turning punctuation into spaces (NFKC, then
-    case-folded), without its invisible characters (``_INVISIBLE``): each word of
-    ``normalize_answer(_visible(lowered))`` is a piece of it. Most replies are that already and are not copied:
-    ASCII, and Latin-1 text without a character NFKC or case folding changes or a soft hyphen (a Latin-1 text is
-    NFKC but for those: it holds no combining mark)."""
+    case-folded), and that without its invisible characters (``_visible``): each word of
+    ``normalize_answer(lowered)`` is a piece of the first, each of ``normalize_answer(_visible(lowered))`` of the
+    second. Most replies are both already and are not copied: ASCII, and Latin-1 text without a character NFKC
+    or case folding changes (a Latin-1 text is NFKC but for those: it holds no combining mark) or a soft hyphen."""
     if lowered.isascii():
-        return lowered
+        return lowered, lowered
     try:
         lowered.encode("latin-1")
     except UnicodeEncodeError:
         if unicodedata.is_normalized("NFKC", lowered):
-            return _visible(lowered.casefold())
-    else:  # a search for each of 17 characters: 0.5 µs a bench row's replies, a table translation 2 µs
-        if not any(c in lowered for c in _LATIN1_FOLDED):
-            return lowered
-    return _visible(unicodedata.normalize("NFKC", lowered).casefold())
+            folded = lowered.casefold()
+        else:
+            folded = unicodedata.normalize("NFKC", lowered).casefold()
+        return folded, _visible(folded)
+    folded = lowered
+    if any(c in lowered for c in _LATIN1_FOLDED):  # a search for each of 16 characters: 0.5 µs a bench row's replies
+        folded = unicodedata.normalize("NFKC", lowered).casefold()
+    # the soft hyphen is the one Latin-1 format character, and NFKC and case folding make none
+    return folded, folded.replace("\u00ad", "") if "\u00ad" in lowered else folded
 
 
-# the lowercase Latin-1 characters NFKC and case folding change ("\u00a0", "\u00b5", "\u00df", "\u00bd"...),
-# and the soft hyphen, the one invisible Latin-1 character: ``lowered`` holds no uppercase one (``text.lower``)
+# the lowercase Latin-1 characters NFKC and case folding change ("\u00a0", "\u00b5", "\u00df", "\u00bd"...):
+# ``lowered`` holds no uppercase one (``text.lower``)
 _LATIN1_FOLDED = "".join(c for c in map(chr, range(0x80, 0x100))
-                         if c.lower() == c and unicodedata.normalize("NFKC", c).casefold() != c) + "\u00ad"
+                         if c.lower() == c and unicodedata.normalize("NFKC", c).casefold() != c)
 
 # The format characters (Unicode 14's category Cf: zero-width space and joiners, word joiner, soft hyphen,
 # byte-order mark, direction marks, tag characters...). A reader does not see them and NFKC keeps them, so one
 # put inside a word of a recited reference would hide the quote from the loose reading: it reads text without
-# them, replies and needles alike. (tests/core/test_leak_invisible.py checks the set against unicodedata.)
+# them too, replies and needles alike. (tests/core/test_leak_invisible.py checks the set against unicodedata.)
 _INVISIBLE = re.compile(
     "[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064"
     "\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U00013438\U0001bca0-\U0001bca3"
@@ -307,7 +318,11 @@ _INVISIBLE = re.compile(
 
 
 def _visible(value: str) -> str:
-    """``value`` without its invisible characters (``_INVISIBLE``)."""
+    """``value`` without its invisible characters (``_INVISIBLE``); ``value`` itself when it holds none.
+    Searching a reply's 4,500 CJK or Cyrillic characters with the class takes 65 µs: a format character is
+    never printable, and ``str.isprintable`` tells a text without any in about 15 µs."""
+    if value.isascii() or all(line.isprintable() for line in value.split("\n")):
+        return value
     return _INVISIBLE.sub("", value)
 
 
@@ -336,7 +351,7 @@ _LOOSE_GAP = r"(?:\s|(?!(?<=\d)[.,]\d)[^\w\s])+"
 @functools.lru_cache(maxsize=1024)
 def _loose_pattern(said):
     """The pattern that matches the words ``said`` (``normalize_answer`` text) where they are a run of whole
-    words of ``normalize_answer`` of a text, in the text NFKC-normalized and case-folded (``_folded``)."""
+    words of ``normalize_answer`` of a text, in the text NFKC-normalized and case-folded (``_readings``)."""
     words = said.split(" ")
     left = r"(?<!\w)" + (r"(?<!\d[.,])" if words[0][0].isdigit() else "")
     right = r"(?!\w)" + (r"(?![.,]\d)" if words[-1][-1].isdigit() else "")
@@ -384,15 +399,18 @@ def _quote_in(parts, needle_set):
 
     A quote is first what spec 6.2 searches: the needle in the normalized replies. Failing that, the
     needle's words in the replies' words, both read as ``reference_match`` reads a repeat
-    (``normalize_answer``: NFKC, case-folded, punctuation to spaces) once their invisible characters are
-    taken out (``_INVISIBLE``): a reply that says the reference with other punctuation, in full-width letters,
-    as "SS" for "ß" or with a zero-width space inside a word recites it all the same.
+    (``normalize_answer``: NFKC, case-folded, punctuation to spaces), and both read so once their invisible
+    characters are taken out (``_INVISIBLE``), each needle's reading in each of the replies': a reply that says
+    the reference with other punctuation, in full-width letters or as "SS" for "ß" recites it all the same, and
+    the scorer pays for it; so does one with a zero-width space inside a word, which a reader does not see. The
+    scorer's reading is kept too: where a zero-width space is the only thing between two words (a Thai text's
+    word break, or one put between "code" and "ALPHA-7731"), it is a break, and taking it out joins the words.
 
     Normalizing the replies (splitting them into words) is most of the cost, so it is skipped when
     no needle's longest word occurs in the lowercased replies. That shortcut is exact: a needle's
     words hold no whitespace, so inside the normalized replies each lies within one of their words,
     and those are pieces of the lowercased replies (lowercasing twice changes nothing). The loose reading
-    takes the same shortcut over the replies NFKC-normalized and case-folded (``_folded``), which
+    takes the same shortcut over the replies NFKC-normalized and case-folded (``_readings``), which
     ``normalize_answer`` changes only by turning punctuation into spaces (and ``normalize_answer`` of the
     lowercased replies is that of the replies: lowercasing first changes no character's NFKC case fold).
     """
@@ -410,15 +428,17 @@ def _quote_in(parts, needle_set):
                 return field, needle
     if not loose:
         return False
-    folded = _folded(lowered)
+    folded, visible = _readings(lowered)
     # replies that folding leaves as they are and that hold no needle's longest word can hold only the
     # longest loose words that are no needle's longest word
-    if not any(word in folded for word in (other_words if folded is lowered and not hit else loose_words)):
+    probes = other_words if folded is lowered and visible is folded and not hit else loose_words
+    if not any(word in folded for word in probes) and (visible is folded or not any(w in visible for w in probes)):
         return False
     if repeated:  # the whole text, for words that run from the final text into the first reply
-        folded = _folded(_lowered(parts))
+        folded, visible = _readings(_lowered(parts))
     for field, needle, said in loose:
-        if _says(folded, said):  # whole words, as reference_match reads a repeat
+        # whole words, as reference_match reads a repeat, or once the invisible characters are out
+        if _says(folded, said) or (visible is not folded and _says(visible, said)):
             return field, needle
     return False
 
