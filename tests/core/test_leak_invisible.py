@@ -77,3 +77,30 @@ def test_a_recital_the_scorer_pays_for_stays_a_leak_where_an_invisible_character
     assert wai.leak_report([row])["n_leaked"] == 1, reply
     with pytest.raises(wai.PrivilegedLeakError, match="^privileged_leak"):
         wai.export_dataset([row], tmp_path / "sft.jsonl", system_prompt="S")
+
+
+# Thai and Chinese run their words on without spaces: a recital inside a sentence is no run of whole words, and
+# spec 6.2's search finds it; zero-width spaces put inside it (a Thai text may break its words so) hid it.
+RUN_ON = [
+    ("ผม\u200bสวัสดี\u200bครับ\u200bยินดี\u200bต้อนรับ\u200bสู่\u200bร้าน\u200bค่ะ", "สวัสดีครับยินดีต้อนรับสู่ร้าน"),
+    ("好的您的密\u200b码是青龙七七三一号码。", "您的密码是青龙七七三一号码"),
+]
+
+
+@pytest.mark.parametrize("reply, reference", RUN_ON, ids=["thai", "chinese"])
+def test_a_recital_run_on_into_its_sentence_with_zero_width_spaces_inside_is_a_leak(tmp_path, reply, reference):
+    row = _row(reply, reference)
+    assert wai.leak_report([_row(reply.replace("\u200b", ""), reference)])["n_leaked"] == 1  # as a reader sees it
+    assert wai.leak_report([row])["n_leaked"] == 1, reply
+    with pytest.raises(wai.PrivilegedLeakError, match="^privileged_leak"):
+        wai.export_dataset([row], tmp_path / "sft.jsonl", system_prompt="S")
+    pair = {"prompt": "Where is my refund?", "chosen": row, "rejected": _row("I cannot say."), "margin": 1.0}
+    with pytest.raises(wai.PrivilegedLeakError, match="^privileged_leak"):
+        wai.export_preference([pair], tmp_path / "dpo.jsonl", system_prompt="S")
+
+
+def test_a_reference_of_invisible_characters_alone_quotes_nothing():
+    # taken out, it is shorter than a quote: an empty needle would be found in every reply
+    assert wai.leak_report([_row("I cannot say.", "\u200b" * 12)])["n_checked"] == 1
+    assert wai.leak_report([_row("I cannot say.", "\u200b" * 12)])["n_leaked"] == 0
+    assert wai.leak_report([_row("I can\u200bnot say.", "\u200b" * 12)])["n_leaked"] == 0

@@ -39,9 +39,9 @@ def visible(value: str) -> str:
 
 
 def _slow_verdict(row, min_len=12):
-    """The definition: every privileged string's normalized form, searched in the normalized replies; then
-    each one's words among the replies' words, each read as the scorer reads it and without its invisible
-    characters."""
+    """The definition: every privileged string's normalized form, searched in the normalized replies, then so
+    searched without invisible characters; then each one's words among the replies' words, each read as the
+    scorer reads it and without its invisible characters."""
     needles = []
     for field in ("reference", "principle", "hidden_state"):
         value = row["privileged"].get(field)
@@ -54,6 +54,11 @@ def _slow_verdict(row, min_len=12):
     for field, needle, _ in needles:
         if needle in haystack:
             return field, needle
+    if visible(replies(row)) != replies(row):  # then the same without invisible characters
+        haystack = normalize(visible(replies(row)))
+        for field, needle, _ in needles:
+            if len(normalize(visible(needle))) >= min_len and normalize(visible(needle)) in haystack:
+                return field, needle
     # then the needle's words among the replies' words
     said = [f" {normalize_answer(replies(row))} ", f" {normalize_answer(visible(replies(row)))} "]
     for field, needle, readings in needles:
