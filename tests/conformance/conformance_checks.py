@@ -341,8 +341,10 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     crashed = sum(1 for r in rows if isinstance(r, dict) and str(r.get("final_text") or "").startswith("<agent error"))
     if crashed:
         exp_extra.add("crashed")
-    # ours: rows that call a tool the tools written with them do not declare
-    undeclared, first_undeclared = _undeclared_rows([(H.row_conversation(x), x.get("tools")) for x in pred])
+    # ours: rows that call a tool the tools written with them do not declare (a TRL prompt/completion row: in
+    # its completion, the part TRL trains)
+    undeclared, first_undeclared = _undeclared_rows([(x["completion"] if "completion" in x else H.row_conversation(x),
+                                                      x.get("tools")) for x in pred])
     if undeclared:
         exp_extra.add("undeclared")
         event("a row calls an undeclared tool")

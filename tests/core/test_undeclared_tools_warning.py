@@ -110,3 +110,25 @@ def test_pooled_preference_export_gives_the_same_warnings(tmp_path, monkeypatch)
     assert one["warnings"] == two["warnings"]
     assert [w for w in two["warnings"] if w.startswith("20 of 80 pairs have a chosen side that calls a tool")]
     assert [w for w in two["warnings"] if w.startswith("16 of 80 pairs have a side that holds its own system")]
+
+
+@pytest.mark.parametrize("fmt, kwargs, expected", [
+    ("trl", {"unroll": True}, ("1 of 6", 3)),  # the sample after it repeats the call in its prompt
+    ("trl", {"mask_mode": "final"}, None),  # the call is in the prompt: the final reply is all TRL trains
+    ("openai", {"unroll": True}, ("2 of 6", 3)),  # OpenAI trains every assistant turn of a row
+    ("openai", {"mask_mode": "final"}, ("1 of 3", 2)),
+])
+def test_a_trl_prompt_completion_row_counts_the_calls_of_its_completion_only(tmp_path, fmt, kwargs, expected):
+    """TRL trains a prompt/completion row's completion only: a call in its prompt is not learned, and each
+    unrolled sample after the call repeats it there, so counting those rows said the model learns the call in
+    rows that do not teach it."""
+    src = _write_run(tmp_path / "run.jsonl", [_row("lookup", n=0), _row("refund", n=1), _row("lookup", n=2)])
+    report = wai.export_dataset(src, tmp_path / "out.jsonl", format=fmt, **kwargs)
+    found = _warnings(report, UNDECLARED)
+    if expected is None:
+        assert not found, found
+    else:
+        (warning,) = found
+        count, line = expected
+        assert warning.startswith(f"{count} rows call a tool"), warning
+        assert f"(first 'refund', line {line} of the output)" in warning, warning

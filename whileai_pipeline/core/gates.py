@@ -112,6 +112,19 @@ def count_tool_calls(messages, encoding, objects=None, known=(), declared=None):
     return checked, invalid, undeclared
 
 
+def undeclared_call(messages, declared):
+    """The name of the first call in ``messages`` to a tool ``declared`` does not hold, or None (``count_tool_calls``
+    reads the names of all the calls it checks; this reads a part of them)."""
+    for message in messages or ():
+        if isinstance(message, dict):
+            for call in message.get("tool_calls") or ():
+                fn = call.get("function") if isinstance(call, dict) else None
+                name = fn.get("name") if isinstance(fn, dict) else None
+                if type(name) is str and name not in declared:
+                    return name
+    return None
+
+
 class RoundtripGate:
     """Counts tool calls whose arguments do not parse back to an object for the chosen format."""
 

@@ -30,6 +30,7 @@ from .gates import (
     leak_outcome,
     row_conversation_messages,
     scrub,
+    undeclared_call,
 )
 from .groups import GroupStats, row_summary, verdict
 from .jsonl import _BLANK, dumps, dumps_reusing, iter_jsonl_lines, iter_jsonl_runs
@@ -135,7 +136,13 @@ def _written(entry, plan, objects=None, long_run=None):
         if row is None:
             return None
     messages = row_conversation_messages(row)
-    checked, invalid, undeclared = count_tool_calls(messages, plan.encoding, objects, known, plan.declared)
+    # TRL trains a prompt/completion row's completion only: a call in its prompt (an earlier turn, which the
+    # unrolled rows after it repeat) is context the model is not trained to make
+    completion_only = plan.declared is not None and "completion" in row
+    checked, invalid, undeclared = count_tool_calls(messages, plan.encoding, objects, known,
+                                                    None if completion_only else plan.declared)
+    if completion_only:
+        undeclared = undeclared_call(row["completion"], plan.declared)
     if "completion" in row:
         trained, masked = len(row["completion"]), len(row["prompt"])
     else:
