@@ -60,10 +60,13 @@ SAME_REPLY_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have the same reply as cho
 EMPTY_CHOSEN_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have an empty chosen reply")  # ours
 TWO_SYSTEMS_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side that holds its own system message and was "
                                r"given the system prompt too")  # ours
+# the first call's name, or (None) a call with no name
+FIRST_UNDECLARED = (r"do not declare \(first (?:'([^']*)'|a call with no function name, which validate refuses: "
+                    r"function_name_missing), line (\d+) of the output\)")
 UNDECLARED = re.compile(r"^(\d+) of (\d+) rows call a tool that the tools written with them .* "
-                        r"do not declare \(first '([^']*)', line (\d+) of the output\)")  # ours
+                        + FIRST_UNDECLARED)  # ours
 UNDECLARED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a chosen side that calls a tool the tools .* "
-                              r"do not declare \(first '([^']*)', line (\d+) of the output\)")  # ours
+                              + FIRST_UNDECLARED)  # ours
 
 
 def leak_subset(rep: dict) -> dict:
@@ -372,7 +375,7 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     if "crashed" in extra:
         assert extra["crashed"].groups() == (str(crashed), str(len(rows))), extra["crashed"].group(0)
     if "undeclared" in extra:
-        expected = (str(undeclared), str(n_out), first_undeclared[1], str(first_undeclared[0]))
+        expected = (str(undeclared), str(n_out), first_undeclared[1] or None, str(first_undeclared[0]))
         assert extra["undeclared"].groups() == expected, extra["undeclared"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     if fmt == "trl":  # DECISIONS 16
@@ -687,7 +690,7 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     if "two_systems" in extra:
         assert extra["two_systems"].groups() == (str(two_systems), str(len(pred))), extra["two_systems"].group(0)
     if "undeclared" in extra:
-        expected = (str(undeclared), str(len(pred)), first_undeclared[1], str(first_undeclared[0]))
+        expected = (str(undeclared), str(len(pred)), first_undeclared[1] or None, str(first_undeclared[0]))
         assert extra["undeclared"].groups() == expected, extra["undeclared"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     unexplained = {k: ours_rep.pop(k) for k in list(ours_rep) if k not in rep}

@@ -132,3 +132,31 @@ def test_a_trl_prompt_completion_row_counts_the_calls_of_its_completion_only(tmp
         count, line = expected
         assert warning.startswith(f"{count} rows call a tool"), warning
         assert f"(first 'refund', line {line} of the output)" in warning, warning
+
+
+NAMELESS = [{"function": {"name": None, "arguments": "{}"}}, {"function": {"arguments": "{}"}}, "lookup",
+            {"function": "lookup"}]
+
+
+def _own_messages(call, content="It shipped."):
+    return {"prompt": "where is order 7?", "reward": 1.0,
+            "messages": [{"role": "user", "content": "where is order 7?"},
+                         {"role": "assistant", "content": "", "tool_calls": [call]},
+                         {"role": "tool", "content": "shipped"}, {"role": "assistant", "content": content}]}
+
+
+@pytest.mark.parametrize("call", NAMELESS, ids=["name-none", "no-name", "call-a-string", "function-a-string"])
+def test_a_call_without_a_name_is_said_to_be_one(tmp_path, call):
+    """The export writes such a call with the name "" (which validate refuses): the warning said "first ''"
+    and to add that tool's schema, which no schema can be."""
+    src = tmp_path / "run.jsonl"
+    src.write_bytes(orjson.dumps(_own_messages(call)) + b"\n")
+    report = wai.export_dataset(src, tmp_path / "out.jsonl", tools=[LOOKUP], system_prompt="S")
+    (warning,) = _warnings(report, UNDECLARED)
+    assert "(first a call with no function name, which validate refuses: function_name_missing, line 1 of the " \
+           "output)" in warning, warning
+    pair = {"prompt": "where is order 7?", "chosen": _own_messages(call), "rejected": _own_messages(call, "No."),
+            "margin": 1.0}
+    report = wai.export_preference([pair], tmp_path / "dpo.jsonl", tools=[LOOKUP], system_prompt="S")
+    (warning,) = _warnings(report, "calls a tool the tools written with them")
+    assert "(first a call with no function name, which validate refuses" in warning, warning

@@ -25,7 +25,7 @@ from .rows import SchemaCheck, preference_problems, stamp
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
 from .spool import Spool
 from .trl import first_assistant_index, trl_preference_row
-from .wire import ObjectTexts, declared_tool_names, has_tool_calls, to_wire
+from .wire import ObjectTexts, called_tool, declared_tool_names, has_tool_calls, to_wire
 
 # How the no-tools and no-system-prompt warnings end, for a caller of export_preference. The pipeline has no
 # such argument (it reads the run's sidecar) and puts its own advice in their place, found by these texts.
@@ -511,9 +511,9 @@ def _checked_report(tally, src, format, name="export_preference"):
         line, name = t.first_undeclared
         report.setdefault("warnings", []).append(
             f"{t.undeclared} of {n_out} pairs have a chosen side that calls a tool the tools written with them (from "
-            f"the {src.tools_source}) do not declare (first {name!r}, line {line} of the output): DPO pushes the "
-            "model towards calling a tool it is not given. Add the tool's schema to the tools, or leave those pairs "
-            "out (a rejected side's such call is a fair negative and is not counted).")
+            f"the {src.tools_source}) do not declare (first {called_tool(name)}, line {line} of the output): DPO "
+            "pushes the model towards calling a tool it is not given. Add the tool's schema to the tools, or leave "
+            "those pairs out (a rejected side's such call is a fair negative and is not counted).")
     if t.n_margins:
         report["mean_margin"] = round(t.margin_sum / t.n_margins, 4)
     if leaks.n_leaked:

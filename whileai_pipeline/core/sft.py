@@ -46,7 +46,7 @@ from .trl import (
     trl_completion_row,
     trl_training_row,
 )
-from .wire import ObjectTexts, check_tool_output_cap, declared_tool_names, has_tool_calls
+from .wire import ObjectTexts, called_tool, check_tool_output_cap, declared_tool_names, has_tool_calls
 
 # How the no-tools and no-system-prompt warnings end, for a caller of export_dataset. The pipeline has no
 # such argument (it reads the run's sidecar) and puts its own advice in their place, found by these texts.
@@ -729,9 +729,9 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
         line, name = t.first_undeclared
         warnings.append(
             f"{t.undeclared} of {t.n_out} rows call a tool that the tools written with them (from the "
-            f"{src.tools_source}) do not declare (first {name!r}, line {line} of the output): trained on them, the "
-            "model learns to call a tool it is not given. Add the tool's schema to the tools, or leave those rows "
-            "out (validate names each call: function_not_declared).")
+            f"{src.tools_source}) do not declare (first {called_tool(name)}, line {line} of the output): trained on "
+            "them, the model learns to call a tool it is not given. Add the tool's schema to the tools, or leave "
+            "those rows out (validate names each call: function_not_declared).")
     if not t.rows_read and src.hashed is None and not _rereadable(src.rows):  # an empty list or file: as spec E47
         warnings.append(
             "the iterator given as the source gave no rows, so the file has none; an iterator or generator is "

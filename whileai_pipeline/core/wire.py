@@ -243,6 +243,13 @@ def declared_tool_names(tools):
     return frozenset(names) or None
 
 
+def called_tool(name: str) -> str:
+    """How a warning names the tool a written call calls. A call its source gave no name (None, "", a call that
+    is not an object or has no ``function``) is written with the name "", which ``''`` in a message hides, and
+    no tool schema can declare."""
+    return repr(name) if name else "a call with no function name, which validate refuses: function_name_missing"
+
+
 # ---------------------------------------------------------------- content
 
 def strip_think_blocks(content: str) -> str:
