@@ -44,3 +44,10 @@ def test_sample_is_reproducible():
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_sample.py"), "--check"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_sample_folder_holds_the_run_and_its_sidecar_only():
+    """The folder ships in the package and ``demo`` reads its run: an export written beside the run (a path
+    source with no output does that) was committed there once, and went into every install."""
+    names = sorted(p.name for p in SAMPLE.parent.iterdir() if p.name != "__pycache__")
+    assert names == [SAMPLE.name, SAMPLE_META.name], names
