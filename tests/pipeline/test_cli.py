@@ -693,6 +693,35 @@ def test_the_warnings_of_a_run_without_a_sidecar_name_its_sidecar_not_a_stage_fi
     assert "make tool calls" not in out.getvalue(), out.getvalue()
 
 
+def test_the_two_system_turns_warnings_say_what_to_change_in_the_run_not_an_argument(home, tmp_path, monkeypatch):
+    """Rows carrying their own system message, given the run's system prompt too: the SFT and DPO exports'
+    warnings said to pass system_prompt="", an argument a pipeline or CLI user does not have. They name the
+    run's sidecar, where the prompt comes from."""
+    from whileai_pipeline.cli import run_chain
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    rows = sample_rows()
+    for row in rows:
+        row["messages"] = [{"role": "system", "content": "Rules of this rollout."},
+                           {"role": "user", "content": row["prompt"]},
+                           {"role": "assistant", "content": row["final_text"]}]
+    src = tmp_path / "own.jsonl"
+    write_rows(src, rows)
+    shutil.copyfile(SAMPLE_META, tmp_path / "own.meta.json")
+    out = io.StringIO()
+    assert run_chain(src, home=home, out=out) == 0
+    said = [line for line in out.getvalue().splitlines() if "two system turns" in line]
+    assert sorted({line.split(":")[0].strip() for line in said}) == ["dpo_export", "sft_export"], out.getvalue()
+    for line in said:
+        assert 'system_prompt=""' not in line, line
+        assert line.endswith(f'Take the system message out of the rows, or set "system_prompt" to "" in the run\'s '
+                             f"sidecar {tmp_path.resolve() / 'own.meta.json'} to keep only the rows' own (rows "
+                             "without one then have none), and run it again."), line
+    for kind in ("sft", "dpo"):
+        published = home / "published" / "own" / f"{kind}.openai.report.json"
+        assert all('system_prompt=""' not in w for w in orjson.loads(published.read_bytes())["warnings"])
+
+
 def test_a_run_where_every_row_failed_exits_0_and_its_leak_checks_do_not_blame_the_rows(home, tmp_path,
                                                                                        monkeypatch):
     """Every reward 0 and ``sft_rows: pass``: nothing to publish, and each leak check says no row was exported

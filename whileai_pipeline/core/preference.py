@@ -31,6 +31,8 @@ from .wire import ObjectTexts, called_tool, declared_tool_names, has_tool_calls,
 # such argument (it reads the run's sidecar) and puts its own advice in their place, found by these texts.
 NO_TOOLS_ADVICE = "Pass tools=, or keep a <name>.meta.json sidecar beside the pairs file."
 NO_SYSTEM_ADVICE = "Pass system_prompt=, or keep a <name>.meta.json sidecar beside the pairs file."
+# and the two-system-turns warning (the pipeline has no system_prompt= either)
+TWO_SYSTEMS_ADVICE = "Pass system_prompt=\"\" to keep only the sides' own, or take it out of the rows."
 
 PAIR_KEYS = (
     "tie", "pairwise", "first_turn_differs", "chosen_score", "rejected_score", "margin",
@@ -506,7 +508,7 @@ def _checked_report(tally, src, format, name="export_preference"):
         report.setdefault("warnings", []).append(
             f"{t.two_systems} of {n_out} pairs have a side that holds its own system message and was given the system "
             f"prompt too (from the {src.system_source}): it opens with two system turns, a context the model will not "
-            "see when it runs. Pass system_prompt=\"\" to keep only the sides' own, or take it out of the rows.")
+            f"see when it runs. {TWO_SYSTEMS_ADVICE}")
     if t.undeclared:
         line, name = t.first_undeclared
         report.setdefault("warnings", []).append(

@@ -52,6 +52,8 @@ from .wire import ObjectTexts, called_tool, check_tool_output_cap, declared_tool
 # such argument (it reads the run's sidecar) and puts its own advice in their place, found by these texts.
 NO_TOOLS_ADVICE = "Pass tools=, or keep the run's <name>.meta.json sidecar beside the file."
 NO_SYSTEM_ADVICE = "Pass system_prompt=, or keep the run's <name>.meta.json sidecar beside the file."
+# and the two-system-turns warning (the pipeline has no system_prompt= either)
+TWO_SYSTEMS_ADVICE = "Pass system_prompt=\"\" to keep only the rows' own, or take it out of the rows."
 
 
 class _SftPlan:
@@ -724,7 +726,7 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
         warnings.append(
             f"{t.two_systems} of {t.n_out} rows hold their own system message and were given the system prompt too "
             f"(from the {src.system_source}): they open with two system turns, a context the model will not see "
-            "when it runs. Pass system_prompt=\"\" to keep only the rows' own, or take it out of the rows.")
+            f"when it runs. {TWO_SYSTEMS_ADVICE}")
     if t.undeclared:
         line, name = t.first_undeclared
         warnings.append(

@@ -629,27 +629,48 @@ def _export_candidates(context, storage, kind, formats, export, source, what, **
 # user passes neither and never handles a stage file: both come from the run's sidecar only.
 LIBRARY_SIDECAR_ADVICE = (sft.NO_TOOLS_ADVICE, sft.NO_SYSTEM_ADVICE,
                           preference.NO_TOOLS_ADVICE, preference.NO_SYSTEM_ADVICE)
+# ... and its two-system-turns warnings with system_prompt="", which the run's sidecar says instead
+LIBRARY_TWO_SYSTEMS_ADVICE = (sft.TWO_SYSTEMS_ADVICE, preference.TWO_SYSTEMS_ADVICE)
+
+
+def _run_file(storage, key) -> Path:
+    """The run file a pipeline user has: the one ``run``/``register`` copied into the inbox, else the inbox's."""
+    return Path(storage.registered_from(key) or storage.find_run(key) or storage.run_path(key))
 
 
 def run_sidecar_advice(storage, key) -> str:
-    """What a pipeline user does for an export without tool schemas or system prompt: give the run a sidecar.
-    Named beside the file ``run``/``register`` copied into the inbox (the one the user has), else the inbox's."""
-    run = Path(storage.registered_from(key) or storage.find_run(key) or storage.run_path(key))
+    """What a pipeline user does for an export without tool schemas or system prompt: give the run a sidecar,
+    named beside the run file (``_run_file``)."""
+    run = _run_file(storage, key)
     return (f"Put system_prompt and tools in the run's sidecar {meta_path_for(run)} (a JSON object beside "
             f"{run.name}) and run it again.")
 
 
+def two_systems_advice(storage, key) -> str:
+    """What a pipeline user does for rows given the run's system prompt besides their own: the pipeline has no
+    system_prompt= option, the run's sidecar is where the prompt comes from."""
+    return (f"Take the system message out of the rows, or set \"system_prompt\" to \"\" in the run's sidecar "
+            f"{meta_path_for(_run_file(storage, key))} to keep only the rows' own (rows without one then have none), "
+            "and run it again.")
+
+
 def _advise_the_run_sidecar(reports, storage, key) -> None:
-    """Put ``run_sidecar_advice`` in place of the library's advice in each report's warnings (in place), so the
-    metadata, the stored reports and the CLI name what a pipeline user can act on."""
-    advice = None
+    """Put ``run_sidecar_advice`` and ``two_systems_advice`` in place of the library's advice in each report's
+    warnings (in place), so the metadata, the stored reports and the CLI name what a pipeline user can act on."""
+    advice = {}
     for report in reports.values():
         warnings = report.get("warnings") or []
         for i, text in enumerate(warnings):
-            ending = next((a for a in LIBRARY_SIDECAR_ADVICE if isinstance(text, str) and text.endswith(a)), None)
-            if ending is not None:
-                advice = advice or run_sidecar_advice(storage, key)
-                warnings[i] = text[: -len(ending)] + advice
+            if not isinstance(text, str):
+                continue
+            for endings, advise in ((LIBRARY_SIDECAR_ADVICE, run_sidecar_advice),
+                                    (LIBRARY_TWO_SYSTEMS_ADVICE, two_systems_advice)):
+                ending = next((a for a in endings if text.endswith(a)), None)
+                if ending is not None:
+                    if advise not in advice:
+                        advice[advise] = advise(storage, key)
+                    warnings[i] = text[: -len(ending)] + advice[advise]
+                    break
 
 
 def _gates_run_after(context) -> bool:
