@@ -147,6 +147,12 @@ def test_a_killed_run_worker_is_retried_to_the_exports_and_a_failed_gate_is_not(
             assert first.status == dg.DagsterRunStatus.STARTED
             assert first.tags.get("dagster/sensor_name") == "inbox_sensor"
             assert RETRY_TAGS.items() <= first.tags.items()
+            # The daemon's event log consumer (which retries runs) starts its cursors at the end of the event log on
+            # its first tick and ignores older events: a run killed before that tick is never seen to fail, so never
+            # retried. Its first tick can come after the sensor's run has started (seen once on a loaded CI run).
+            failure_cursor = f"EVENT_LOG_CONSUMER_CURSOR-{dg.DagsterEventType.RUN_FAILURE.value}"
+            wait_for(lambda: instance.daemon_cursor_storage.get_cursor_values({failure_cursor}), 60,
+                     "the daemon's event log consumer to start", procs)
             os.kill(pid, signal.SIGKILL)
             killed_at = time.monotonic()
             left = _leftovers(storage, key)
