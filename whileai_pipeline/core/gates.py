@@ -112,19 +112,6 @@ def count_tool_calls(messages, encoding, objects=None, known=(), declared=None):
     return checked, invalid, undeclared
 
 
-def undeclared_call(messages, declared):
-    """The name of the first call in ``messages`` to a tool ``declared`` does not hold, or None (``count_tool_calls``
-    reads the names of all the calls it checks; this reads a part of them)."""
-    for message in messages or ():
-        if isinstance(message, dict):
-            for call in message.get("tool_calls") or ():
-                fn = call.get("function") if isinstance(call, dict) else None
-                name = fn.get("name") if isinstance(fn, dict) else None
-                if type(name) is str and name not in declared:
-                    return name
-    return None
-
-
 class RoundtripGate:
     """Counts tool calls whose arguments do not parse back to an object for the chosen format."""
 
@@ -233,12 +220,12 @@ def _with_words(needles, min_len):
     loose_words = tuple(dict.fromkeys(max(said.split(" "), key=len) for _, _, said in loose))
     seen = []
     for path, needle, word, _ in needles:
-        text = _visible(needle)
-        if text is not needle:
-            text = normalize(text)
-            word = max(text.split(" "), key=len)
-        if len(text) >= min_len:
-            seen.append((path, needle, text, word))
+        plain = _visible(needle)
+        if plain is not needle:
+            plain = normalize(plain)
+            word = max(plain.split(" "), key=len)
+        if len(plain) >= min_len:
+            seen.append((path, needle, plain, word))
     others = tuple(word for word in loose_words if word not in words)
     return needles, words, loose, loose_words, others, tuple(seen)
 
@@ -460,8 +447,8 @@ def _quote_in(parts, needle_set):
         shown = visible if folded == lowered else _visible(lowered)
         if any(word in shown for _, _, _, word in seen):
             haystack = normalize(_visible(_lowered(parts)) if repeated else shown)
-            for field, needle, text, _ in seen:
-                if text in haystack:
+            for field, needle, plain, _ in seen:
+                if plain in haystack:
                     return field, needle
     if not loose:
         return False

@@ -30,7 +30,6 @@ from .gates import (
     leak_outcome,
     row_conversation_messages,
     scrub,
-    undeclared_call,
 )
 from .groups import GroupStats, row_summary, verdict
 from .jsonl import _BLANK, dumps, dumps_reusing, iter_jsonl_lines, iter_jsonl_runs
@@ -140,11 +139,13 @@ def _written(entry, plan, objects=None, long_run=None):
     messages = row_conversation_messages(row)
     # TRL trains a prompt/completion row's completion only: a call in its prompt (an earlier turn, which the
     # unrolled rows after it repeat) is context the model is not trained to make
-    completion_only = plan.declared is not None and "completion" in row
-    checked, invalid, undeclared = count_tool_calls(messages, plan.encoding, objects, known,
-                                                    None if completion_only else plan.declared)
-    if completion_only:
-        undeclared = undeclared_call(row["completion"], plan.declared)
+    if plan.declared is not None and "completion" in row:
+        checked, invalid, _ = count_tool_calls(row.get("prompt"), plan.encoding, objects, known)
+        more, more_invalid, undeclared = count_tool_calls(row["completion"], plan.encoding, objects, known,
+                                                          plan.declared)
+        checked, invalid = checked + more, invalid + more_invalid
+    else:
+        checked, invalid, undeclared = count_tool_calls(messages, plan.encoding, objects, known, plan.declared)
     if "completion" in row:
         trained, masked = len(row["completion"]), len(row["prompt"])
     else:
