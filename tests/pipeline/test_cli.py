@@ -722,6 +722,40 @@ def test_the_two_system_turns_warnings_say_what_to_change_in_the_run_not_an_argu
         assert all('system_prompt=""' not in w for w in orjson.loads(published.read_bytes())["warnings"])
 
 
+def test_the_undeclared_tool_warnings_say_to_declare_it_in_the_run_sidecar(home, tmp_path, monkeypatch):
+    """Rows that call a tool the run's sidecar does not declare: the SFT and DPO exports' warnings said to add
+    the schema to "the tools" (the library's tools=) or pointed to the library's validate. A pipeline or CLI
+    user's tools come from the run's sidecar only: the warnings name that file."""
+    from whileai_pipeline.cli import run_chain
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    rows = sample_rows()
+    renamed = 0
+    for row in rows:  # the rows hold their messages too, which the exports read first
+        for message in row["messages"]:
+            for call in message.get("tool_calls") or ():
+                if call["name"] == "lookup_order":
+                    call["name"] = "refund_order"
+                    renamed += 1
+    assert renamed
+    src = tmp_path / "calls.jsonl"
+    write_rows(src, rows)
+    shutil.copyfile(SAMPLE_META, tmp_path / "calls.meta.json")
+    out = io.StringIO()
+    assert run_chain(src, home=home, out=out) == 0
+    said = [line for line in out.getvalue().splitlines() if "do not declare" in line]
+    assert sorted({line.split(":")[0].strip() for line in said}) == ["dpo_export", "sft_export"], out.getvalue()
+    sidecar = tmp_path.resolve() / "calls.meta.json"
+    for line in said:
+        assert "refund_order" in line and "validate names" not in line, line
+        assert line.endswith(f'Add the tool\'s schema to "tools" in the run\'s sidecar {sidecar}, or take those '
+                             "rows out of the run, and run it again."), line
+    for kind in ("sft", "dpo"):
+        published = home / "published" / "calls" / f"{kind}.openai.report.json"
+        warnings = orjson.loads(published.read_bytes())["warnings"]
+        assert [w for w in warnings if "do not declare" in w and str(sidecar) in w], warnings
+
+
 def test_a_run_where_every_row_failed_exits_0_and_its_leak_checks_do_not_blame_the_rows(home, tmp_path,
                                                                                        monkeypatch):
     """Every reward 0 and ``sft_rows: pass``: nothing to publish, and each leak check says no row was exported

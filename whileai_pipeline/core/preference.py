@@ -33,6 +33,8 @@ NO_TOOLS_ADVICE = "Pass tools=, or keep a <name>.meta.json sidecar beside the pa
 NO_SYSTEM_ADVICE = "Pass system_prompt=, or keep a <name>.meta.json sidecar beside the pairs file."
 # and the two-system-turns warning (the pipeline has no system_prompt= either)
 TWO_SYSTEMS_ADVICE = "Pass system_prompt=\"\" to keep only the sides' own, or take it out of the rows."
+# and the undeclared-tool warning (the pipeline's tools come from the run's sidecar alone)
+UNDECLARED_ADVICE = "Add the tool's schema to the tools, or leave those pairs out."
 
 PAIR_KEYS = (
     "tie", "pairwise", "first_turn_differs", "chosen_score", "rejected_score", "margin",
@@ -514,8 +516,8 @@ def _checked_report(tally, src, format, name="export_preference"):
         report.setdefault("warnings", []).append(
             f"{t.undeclared} of {n_out} pairs have a chosen side that calls a tool the tools written with them (from "
             f"the {src.tools_source}) do not declare (first {called_tool(name)}, line {line} of the output): DPO "
-            "pushes the model towards calling a tool it is not given. Add the tool's schema to the tools, or leave "
-            "those pairs out (a rejected side's such call is a fair negative and is not counted).")
+            "pushes the model towards calling a tool it is not given (a rejected side's such call is a fair negative "
+            f"and is not counted). {UNDECLARED_ADVICE}")
     if t.n_margins:
         report["mean_margin"] = round(t.margin_sum / t.n_margins, 4)
     if leaks.n_leaked:

@@ -53,6 +53,9 @@ NO_TOOLS_ADVICE = "Pass tools=, or keep the run's <name>.meta.json sidecar besid
 NO_SYSTEM_ADVICE = "Pass system_prompt=, or keep the run's <name>.meta.json sidecar beside the file."
 # and the two-system-turns warning (the pipeline has no system_prompt= either)
 TWO_SYSTEMS_ADVICE = "Pass system_prompt=\"\" to keep only the rows' own, or take it out of the rows."
+# and the undeclared-tool warning (the pipeline's tools come from the run's sidecar alone)
+UNDECLARED_ADVICE = ("Add the tool's schema to the tools, or leave those rows out (validate names each call: "
+                     "function_not_declared).")
 
 
 class _SftPlan:
@@ -733,8 +736,7 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
         warnings.append(
             f"{t.undeclared} of {t.n_out} rows call a tool that the tools written with them (from the "
             f"{src.tools_source}) do not declare (first {called_tool(name)}, line {line} of the output): trained on "
-            "them, the model learns to call a tool it is not given. Add the tool's schema to the tools, or leave "
-            "those rows out (validate names each call: function_not_declared).")
+            f"them, the model learns to call a tool it is not given. {UNDECLARED_ADVICE}")
     if not t.rows_read and src.hashed is None and not _rereadable(src.rows):  # an empty list or file: as spec E47
         warnings.append(
             "the iterator given as the source gave no rows, so the file has none; an iterator or generator is "

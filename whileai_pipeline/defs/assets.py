@@ -631,6 +631,8 @@ LIBRARY_SIDECAR_ADVICE = (sft.NO_TOOLS_ADVICE, sft.NO_SYSTEM_ADVICE,
                           preference.NO_TOOLS_ADVICE, preference.NO_SYSTEM_ADVICE)
 # ... and its two-system-turns warnings with system_prompt="", which the run's sidecar says instead
 LIBRARY_TWO_SYSTEMS_ADVICE = (sft.TWO_SYSTEMS_ADVICE, preference.TWO_SYSTEMS_ADVICE)
+# ... and its undeclared-tool warnings with "the tools", which for a pipeline user are the sidecar's
+LIBRARY_UNDECLARED_ADVICE = (sft.UNDECLARED_ADVICE, preference.UNDECLARED_ADVICE)
 
 
 def _run_file(storage, key) -> Path:
@@ -654,9 +656,17 @@ def two_systems_advice(storage, key) -> str:
             "and run it again.")
 
 
+def undeclared_tool_advice(storage, key) -> str:
+    """What a pipeline user does for rows that call a tool the run's tools do not declare: those tools are the
+    sidecar's, the pipeline has no tools= option."""
+    return (f"Add the tool's schema to \"tools\" in the run's sidecar {meta_path_for(_run_file(storage, key))}, "
+            "or take those rows out of the run, and run it again.")
+
+
 def _advise_the_run_sidecar(reports, storage, key) -> None:
-    """Put ``run_sidecar_advice`` and ``two_systems_advice`` in place of the library's advice in each report's
-    warnings (in place), so the metadata, the stored reports and the CLI name what a pipeline user can act on."""
+    """Put ``run_sidecar_advice``, ``two_systems_advice`` and ``undeclared_tool_advice`` in place of the library's
+    advice in each report's warnings (in place), so the metadata, the stored reports and the CLI name what a
+    pipeline user can act on."""
     advice = {}
     for report in reports.values():
         warnings = report.get("warnings") or []
@@ -664,7 +674,8 @@ def _advise_the_run_sidecar(reports, storage, key) -> None:
             if not isinstance(text, str):
                 continue
             for endings, advise in ((LIBRARY_SIDECAR_ADVICE, run_sidecar_advice),
-                                    (LIBRARY_TWO_SYSTEMS_ADVICE, two_systems_advice)):
+                                    (LIBRARY_TWO_SYSTEMS_ADVICE, two_systems_advice),
+                                    (LIBRARY_UNDECLARED_ADVICE, undeclared_tool_advice)):
                 ending = next((a for a in endings if text.endswith(a)), None)
                 if ending is not None:
                     if advise not in advice:
