@@ -693,25 +693,32 @@ def test_the_warnings_of_a_run_without_a_sidecar_name_its_sidecar_not_a_stage_fi
     assert "make tool calls" not in out.getvalue(), out.getvalue()
 
 
+def _both_exports_warn(rows, name, phrase, home, tmp_path) -> list:
+    """The CLI's output lines that hold ``phrase`` for the chain over ``rows`` written as run ``name`` (with the
+    sample's sidecar), checked to come from both the SFT and the DPO export."""
+    from whileai_pipeline.cli import run_chain
+
+    src = tmp_path / f"{name}.jsonl"
+    write_rows(src, rows)
+    shutil.copyfile(SAMPLE_META, tmp_path / f"{name}.meta.json")
+    out = io.StringIO()
+    assert run_chain(src, home=home, out=out) == 0
+    said = [line for line in out.getvalue().splitlines() if phrase in line]
+    assert sorted({line.split(":")[0].strip() for line in said}) == ["dpo_export", "sft_export"], out.getvalue()
+    return said
+
+
 def test_the_two_system_turns_warnings_say_what_to_change_in_the_run_not_an_argument(home, tmp_path, monkeypatch):
     """Rows carrying their own system message, given the run's system prompt too: the SFT and DPO exports'
     warnings said to pass system_prompt="", an argument a pipeline or CLI user does not have. They name the
     run's sidecar, where the prompt comes from."""
-    from whileai_pipeline.cli import run_chain
-
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     rows = sample_rows()
     for row in rows:
         row["messages"] = [{"role": "system", "content": "Rules of this rollout."},
                            {"role": "user", "content": row["prompt"]},
                            {"role": "assistant", "content": row["final_text"]}]
-    src = tmp_path / "own.jsonl"
-    write_rows(src, rows)
-    shutil.copyfile(SAMPLE_META, tmp_path / "own.meta.json")
-    out = io.StringIO()
-    assert run_chain(src, home=home, out=out) == 0
-    said = [line for line in out.getvalue().splitlines() if "two system turns" in line]
-    assert sorted({line.split(":")[0].strip() for line in said}) == ["dpo_export", "sft_export"], out.getvalue()
+    said = _both_exports_warn(rows, "own", "two system turns", home, tmp_path)
     for line in said:
         assert 'system_prompt=""' not in line, line
         assert line.endswith(f'Take the system message out of the rows, or set "system_prompt" to "" in the run\'s '
@@ -726,8 +733,6 @@ def test_the_undeclared_tool_warnings_say_to_declare_it_in_the_run_sidecar(home,
     """Rows that call a tool the run's sidecar does not declare: the SFT and DPO exports' warnings said to add
     the schema to "the tools" (the library's tools=) or pointed to the library's validate. A pipeline or CLI
     user's tools come from the run's sidecar only: the warnings name that file."""
-    from whileai_pipeline.cli import run_chain
-
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     rows = sample_rows()
     renamed = 0
@@ -738,13 +743,7 @@ def test_the_undeclared_tool_warnings_say_to_declare_it_in_the_run_sidecar(home,
                     call["name"] = "refund_order"
                     renamed += 1
     assert renamed
-    src = tmp_path / "calls.jsonl"
-    write_rows(src, rows)
-    shutil.copyfile(SAMPLE_META, tmp_path / "calls.meta.json")
-    out = io.StringIO()
-    assert run_chain(src, home=home, out=out) == 0
-    said = [line for line in out.getvalue().splitlines() if "do not declare" in line]
-    assert sorted({line.split(":")[0].strip() for line in said}) == ["dpo_export", "sft_export"], out.getvalue()
+    said = _both_exports_warn(rows, "calls", "do not declare", home, tmp_path)
     sidecar = tmp_path.resolve() / "calls.meta.json"
     for line in said:
         assert "refund_order" in line and "validate names" not in line, line
