@@ -45,7 +45,8 @@ NO_ROWS = re.compile(r"^the iterator given as the source gave no rows")  # ours:
 SKIPPED = re.compile(r"^(\d+) of (\d+) rows are not objects and were skipped")  # ours
 NO_REPLY = re.compile(r"^(\d+) of (\d+) rows have no assistant turn")  # ours: nothing to train on
 EMPTY_REPLY = re.compile(r"^(\d+) of (\d+) rows train an assistant turn with no text and no tool call")  # ours
-TWO_SYSTEMS = re.compile(r"^(\d+) of (\d+) rows hold their own system message and were given the system prompt too")
+TWO_SYSTEMS = re.compile(r"^(\d+) of (\d+) rows open with their own system message and were given the system "
+                         r"prompt too")
 WEIGHTED = re.compile(r"^(\d+) of (\d+) rows carry a per-message weight")  # ours
 CRASHED_ROWS = re.compile(r"^(\d+) of (\d+) rows are crashed rollouts")  # ours
 D12_CHOSEN = re.compile(r"^(\d+) of (\d+) chosen replies quote their own privileged context")
@@ -58,7 +59,7 @@ TRL_OTHER_CONTEXT = re.compile(r"^(\d+) of (\d+) pairs start the rejected side f
 CRASHED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side that is a crashed rollout")  # ours
 SAME_REPLY_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have the same reply as chosen and rejected")  # ours
 EMPTY_CHOSEN_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have an empty chosen reply")  # ours
-TWO_SYSTEMS_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side that holds its own system message and was "
+TWO_SYSTEMS_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side that opens with its own system message and was "
                                r"given the system prompt too")  # ours
 # the first call's name, or (None) a call with no name
 FIRST_UNDECLARED = (r"do not declare \(first (?:'([^']*)'|a call with no function name, which validate refuses: "
@@ -95,6 +96,12 @@ def _tool_names(tools):
             return None
         names.add(name)
     return names or None
+
+
+def _second_is_system(messages):
+    """Whether written messages open with two system turns (the export's system prompt, then the row's own)."""
+    return isinstance(messages, list) and len(messages) > 1 and isinstance(messages[1], dict) and \
+        messages[1].get("role") == "system"
 
 
 def _undeclared_rows(rows):
@@ -330,9 +337,8 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
         for m in (x["completion"] if "completion" in x else x.get("messages") or ())))
     if empty_reply:
         exp_extra.add("empty_reply")
-    # ours: a row's own system message after the system prompt the export put first
-    two_systems = sum(1 for x in pred if system and any(
-        isinstance(m, dict) and m.get("role") == "system" for m in (H.row_conversation(x) or [])[1:]))
+    # ours: a row's own system message right under the system prompt the export put first
+    two_systems = sum(1 for x in pred if system and _second_is_system(H.row_conversation(x)))
     if two_systems:
         exp_extra.add("two_systems")
     # ours: rows whose own messages carry OpenAI's weight (the export drops it and writes its own loss_mask)
@@ -647,11 +653,10 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     if undeclared:
         exp_extra.add("undeclared")
         event("a chosen side calls an undeclared tool")
-    # ours: a side's own system message after the system prompt the export put first (TRL: in the prompt)
-    later_system = lambda ms: isinstance(ms, list) and any(  # noqa: E731
-        isinstance(m, dict) and m.get("role") == "system" for m in ms[1:])
-    two_systems = sum(1 for row in pred if system and (later_system(row["prompt"]) if fmt == "trl" else
-                                                       later_system(row["chosen"]) or later_system(row["rejected"])))
+    # ours: a side's own system message right under the system prompt the export put first (TRL: its prompt's)
+    two_systems = sum(1 for row in pred if system and (
+        _second_is_system(row["prompt"]) if fmt == "trl" else
+        _second_is_system(row["chosen"]) or _second_is_system(row["rejected"])))
     if two_systems:
         exp_extra.add("two_systems")
         event("a pair side opens with two system turns")

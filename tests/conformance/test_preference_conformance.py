@@ -294,7 +294,7 @@ def test_sides_with_their_own_system_message_match_reference_and_are_said(tmp_pa
         check_export_preference(ref, ours, pairs, out, fmt=fmt, drop_ties=True, system_prompt=system_prompt,
                                 tools=None, strip_think=True, validate=True)
     report = ours.export_preference(pairs, None, system_prompt="S", format=fmt)
-    assert [w for w in report["warnings"] if w.startswith("1 of 2 pairs have a side that holds its own system")]
+    assert [w for w in report["warnings"] if w.startswith("1 of 2 pairs have a side that opens with its own system")]
 
 
 @pytest.mark.parametrize("fmt", ["openai", "trl"])

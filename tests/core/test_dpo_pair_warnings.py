@@ -184,3 +184,25 @@ def test_a_chosen_think_block_kept_by_strip_think_false_is_no_empty_reply(tmp_pa
     pair = _pair(_side("Refund A", "<think>I should refund order A.</think>"), _side("Refund A", "No."))
     report = wai.export_preference([pair], tmp_path / "pairs.jsonl", strip_think=False)
     assert not _warnings(report, EMPTY_CHOSEN)
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+def test_a_side_with_a_system_message_later_on_does_not_open_with_two(tmp_path, fmt):
+    """Given the system prompt, a side whose own system message comes between later turns still opens with one
+    system turn: only a side (a TRL pair's prompt) that opens with its own under the one given is counted."""
+    note = {"role": "system", "content": "The customer's identity is verified."}
+
+    def side(reply, opening=()):
+        return {"prompt": "Where is order 7?", "messages": [*opening, {"role": "user", "content": "Where is order 7?"},
+                                                            {"role": "assistant", "content": "Let me look."}, note,
+                                                            {"role": "user", "content": "And now?"},
+                                                            {"role": "assistant", "content": reply}]}
+
+    later = _pair(side("It shipped on Monday."), side("No idea."))
+    report = wai.export_preference([later], tmp_path / "later.jsonl", format=fmt, system_prompt="You track orders.")
+    assert not _warnings(report, "two system turns"), report.get("warnings")
+    own = {"role": "system", "content": "Own rules."}
+    opening = _pair(side("It shipped on Monday.", [own]), side("No idea.", [own]))
+    report = wai.export_preference([later, opening], tmp_path / "both.jsonl", format=fmt,
+                                   system_prompt="You track orders.")
+    assert [w for w in _warnings(report, "two system turns") if w.startswith("1 of 2 pairs")], report.get("warnings")

@@ -12,7 +12,8 @@ import pytest
 import whileai_pipeline.simulations as wai
 
 EMPTY = re.compile(r"^(\d+) of (\d+) rows train an assistant turn with no text and no tool call")
-TWO_SYSTEMS = re.compile(r"^(\d+) of (\d+) rows hold their own system message and were given the system prompt too")
+TWO_SYSTEMS = re.compile(r"^(\d+) of (\d+) rows open with their own system message and were given the system "
+                         r"prompt too")
 
 
 def _warning(report, pattern):
@@ -93,6 +94,25 @@ def test_rows_without_their_own_system_message_are_not_named(tmp_path):
     assert _warning(report, TWO_SYSTEMS) is None
     report = wai.export_dataset([OWN_SYSTEM], tmp_path / "own.jsonl")
     assert _warning(report, TWO_SYSTEMS) is None
+
+
+# a runtime's note to the agent in the middle of the conversation: the export's system prompt still opens it alone
+MID_SYSTEM = {"messages": [{"role": "user", "content": "Where is order 7?"},
+                           {"role": "assistant", "content": "Let me look."},
+                           {"role": "system", "content": "The customer's identity is verified."},
+                           {"role": "assistant", "content": "It shipped on Monday."}], "reward": 1}
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+def test_a_system_message_later_in_the_conversation_is_no_second_opening_turn(tmp_path, fmt):
+    """The warning is about rows that open with two system turns (their own prompt under the one given): a
+    system message the run put between later turns is context the model does see when it runs."""
+    out = tmp_path / f"{fmt}.jsonl"
+    report = wai.export_dataset([MID_SYSTEM, OWN_SYSTEM], out, format=fmt, system_prompt="You track orders.")
+    written = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    roles = [[m["role"] for m in row["messages"]] for row in written]
+    assert roles == [["system", "user", "assistant", "system", "assistant"], ["system", "system", "user", "assistant"]]
+    assert _warning(report, TWO_SYSTEMS) == (1, 2), report.get("warnings")
 
 
 def test_rows_of_an_openai_file_given_back_as_a_run_are_said_to_lose_their_weights(tmp_path):

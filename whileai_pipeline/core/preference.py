@@ -25,7 +25,7 @@ from .rows import SchemaCheck, preference_problems, stamp
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
 from .spool import Spool
 from .trl import first_assistant_index, trl_preference_row
-from .wire import ObjectTexts, called_tool, declared_tool_names, has_tool_calls, to_wire
+from .wire import ObjectTexts, called_tool, declared_tool_names, has_tool_calls, opens_with_two_systems, to_wire
 
 # How the no-tools and no-system-prompt warnings end, for a caller of export_preference. The pipeline has no
 # such argument (it reads the run's sidecar) and puts its own advice in their place, found by these texts.
@@ -157,17 +157,14 @@ def _pair_outcomes(item, plans):
             has_calls and not with_system,
             # the chosen side is the one DPO pushes up; a rejected call to a tool nobody gave is a fair negative
             chosen_calls[2],
-            # a side's own system message after the system prompt the export put first (a TRL pair's is its prompt)
-            bool(base.system) and (_later_system(row["prompt"]) if plan.trl else
-                                   _later_system(row["chosen"]) or _later_system(row["rejected"])),
+            # a side's own system message right under the system prompt the export put first (a TRL pair's is its
+            # prompt)
+            bool(base.system) and (opens_with_two_systems(row["prompt"]) if plan.trl else
+                                   opens_with_two_systems(row["chosen"]) or opens_with_two_systems(row["rejected"])),
         )
         write = dumps_reusing if placed is None else placed.dumps
         outcomes.append((preference_problems(row), facts, write(row, "tools", plan.tools_json)))
     return outcomes
-
-
-def _later_system(messages) -> bool:
-    return isinstance(messages, list) and any(isinstance(m, dict) and m.get("role") == "system" for m in messages[1:])
 
 
 def _opens_with_system(messages) -> bool:
@@ -508,9 +505,9 @@ def _checked_report(tally, src, format, name="export_preference"):
             "nothing. Leave those pairs out of the export, and look at why the grader preferred them.")
     if t.two_systems:
         report.setdefault("warnings", []).append(
-            f"{t.two_systems} of {n_out} pairs have a side that holds its own system message and was given the system "
-            f"prompt too (from the {src.system_source}): it opens with two system turns, a context the model will not "
-            f"see when it runs. {TWO_SYSTEMS_ADVICE}")
+            f"{t.two_systems} of {n_out} pairs have a side that opens with its own system message and was given the "
+            f"system prompt too (from the {src.system_source}): two system turns open it, a context the model will "
+            f"not see when it runs. {TWO_SYSTEMS_ADVICE}")
     if t.undeclared:
         line, name = t.first_undeclared
         report.setdefault("warnings", []).append(

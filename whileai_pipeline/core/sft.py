@@ -45,7 +45,8 @@ from .trl import (
     trl_completion_row,
     trl_training_row,
 )
-from .wire import ObjectTexts, called_tool, check_tool_output_cap, declared_tool_names, has_tool_calls
+from .wire import (ObjectTexts, called_tool, check_tool_output_cap, declared_tool_names, has_tool_calls,
+                   opens_with_two_systems)
 
 # How the no-tools and no-system-prompt warnings end, for a caller of export_dataset. The pipeline has no
 # such argument (it reads the run's sidecar) and puts its own advice in their place, found by these texts.
@@ -165,9 +166,9 @@ def _written(entry, plan, objects=None, long_run=None):
     # every assistant turn; a completion row only its completion.
     empty_reply = _trains_an_empty_turn(row["completion"] if "completion" in row else messages)
     first = messages[0] if messages else None
-    # the row's own system message after the one the export put first (sidecar, profile or argument)
-    two_systems = bool(plan.system) and any(
-        isinstance(m, dict) and m.get("role") == "system" for m in (messages or ())[1:])
+    # the row's own system message right under the one the export put first (sidecar, profile or argument); one
+    # between later turns is a note the run gave the agent, which it sees when it runs
+    two_systems = bool(plan.system) and opens_with_two_systems(messages)
     tail = b""
     if plan.grouping and "prompt_text" in row:
         row = dict(row)
@@ -728,9 +729,9 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             "word. Leave those rows out of the export, or export with strip_think=False to keep the thinking.")
     if t.two_systems:
         warnings.append(
-            f"{t.two_systems} of {t.n_out} rows hold their own system message and were given the system prompt too "
-            f"(from the {src.system_source}): they open with two system turns, a context the model will not see "
-            f"when it runs. {TWO_SYSTEMS_ADVICE}")
+            f"{t.two_systems} of {t.n_out} rows open with their own system message and were given the system prompt "
+            f"too (from the {src.system_source}): two system turns open them, a context the model will not see when "
+            f"it runs. {TWO_SYSTEMS_ADVICE}")
     if t.undeclared:
         line, name = t.first_undeclared
         warnings.append(

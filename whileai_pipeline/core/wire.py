@@ -227,6 +227,12 @@ def has_tool_calls(messages) -> bool:
     return any(isinstance(m, dict) and m.get("tool_calls") for m in messages or ())
 
 
+def opens_with_two_systems(messages) -> bool:
+    """Whether written messages open with two system turns: the prompt an export put first, then a row's own."""
+    return (isinstance(messages, list) and len(messages) > 1 and isinstance(messages[1], dict)
+            and messages[1].get("role") == "system")
+
+
 def declared_tool_names(tools):
     """The function names a tool list declares (``{"type": "function", "function": {"name": ...}}``, or a flat
     ``{"name": ...}``), or None when there are none or one tool's name cannot be read: a call is then not
