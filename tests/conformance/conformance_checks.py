@@ -66,6 +66,8 @@ FIRST_UNDECLARED = (r"do not declare \(first (?:'([^']*)'|a call with no functio
                     r"function_name_missing), line (\d+) of the output\)")
 UNDECLARED = re.compile(r"^(\d+) of (\d+) rows call a tool that the tools written with them .* "
                         + FIRST_UNDECLARED)  # ours
+BAD_LINKS = re.compile(r"^(\d+) of (\d+) rows have tool results that do not pair up with their calls \(first at "
+                       r"line (\d+) of the output")  # ours
 UNDECLARED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a chosen side that calls a tool the tools .* "
                               + FIRST_UNDECLARED)  # ours
 
@@ -118,6 +120,30 @@ def _undeclared_rows(rows):
             count += 1
             first = first or (i, off[0])
     return count, first
+
+
+def _links_broken(messages) -> bool:
+    """Whether a written conversation's tool results stop pairing up with its calls: a result with no id, or
+    one whose id is no call made and not yet answered, a call id used twice, or a turn that comes while a
+    call still waits for its result (a call the conversation ends on is fine)."""
+    made, waiting = [], []
+    for m in messages or ():
+        if not isinstance(m, dict):
+            continue
+        if m.get("role") == "tool":
+            if m.get("tool_call_id") not in waiting or not m.get("tool_call_id"):
+                return True
+            waiting.remove(m["tool_call_id"])
+            continue
+        if waiting:
+            return True
+        for c in m.get("tool_calls") or ():
+            cid = c.get("id") if isinstance(c, dict) else None
+            if cid in made:
+                return True
+            made.append(cid)
+            waiting.append(cid)
+    return False
 
 
 def _split_extra_warnings(warnings: list, patterns: dict) -> tuple[list, dict]:
@@ -300,7 +326,7 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
                                                        "skipped": SKIPPED, "no_reply": NO_REPLY,
                                                        "empty_reply": EMPTY_REPLY, "two_systems": TWO_SYSTEMS,
                                                        "weighted": WEIGHTED, "crashed": CRASHED_ROWS,
-                                                       "undeclared": UNDECLARED})
+                                                       "undeclared": UNDECLARED, "bad_links": BAD_LINKS})
     # DECISIONS 6: warn when a row with tool calls is exported with no tools or no system prompt
     with_calls = _rows_with_calls(pred)
     calls_without_system = _calls_without_system(pred)
@@ -357,6 +383,11 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     if undeclared:
         exp_extra.add("undeclared")
         event("a row calls an undeclared tool")
+    # ours: rows whose tool results do not pair up with their calls (spec E21's leftover id, ids a row reuses...)
+    bad_links = [i for i, x in enumerate(pred, 1) if _links_broken(H.row_conversation(x))]
+    if bad_links:
+        exp_extra.add("bad_links")
+        event("a row's tool results do not pair up with its calls")
     if not rows and iter(src) is src:
         exp_extra.add("no_rows")  # ours: an iterator that gave nothing (one read twice, say) is said to be empty
     assert set(extra) == exp_extra, f"DECISIONS 6/16 warnings: expected {sorted(exp_extra)}, got {our_warnings}\n{ctx}"
@@ -383,6 +414,9 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     if "undeclared" in extra:
         expected = (str(undeclared), str(n_out), first_undeclared[1] or None, str(first_undeclared[0]))
         assert extra["undeclared"].groups() == expected, extra["undeclared"].group(0)
+    if "bad_links" in extra:
+        expected = (str(len(bad_links)), str(n_out), str(bad_links[0]))
+        assert extra["bad_links"].groups() == expected, extra["bad_links"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     if fmt == "trl":  # DECISIONS 16
         trl_loss = ours_rep.pop("trl_loss")

@@ -46,7 +46,7 @@ from .trl import (
     trl_training_row,
 )
 from .wire import (ObjectTexts, called_tool, check_tool_output_cap, declared_tool_names, has_tool_calls,
-                   opens_with_two_systems)
+                   opens_with_two_systems, tool_link_problem)
 
 # How the no-tools and no-system-prompt warnings end, for a caller of export_dataset. The pipeline has no
 # such argument (it reads the run's sidecar) and puts its own advice in their place, found by these texts.
@@ -169,6 +169,7 @@ def _written(entry, plan, objects=None, long_run=None):
     # the row's own system message right under the one the export put first (sidecar, profile or argument); one
     # between later turns is a note the run gave the agent, which it sees when it runs
     two_systems = bool(plan.system) and opens_with_two_systems(messages)
+    links = _link_problem(row, messages)
     tail = b""
     if plan.grouping and "prompt_text" in row:
         row = dict(row)
@@ -188,11 +189,27 @@ def _written(entry, plan, objects=None, long_run=None):
         empty_reply,
         two_systems,
         undeclared,
+        links,
     )
     write = dumps_reusing if objects is None else objects.dumps
     body = write(row, "tools", plan.tools_json)
     big = _big_ints(body, long_run) if plan.trl and (long_run is not False or plan.tools_digits) else None
     return (*facts, big), body, tail
+
+
+def _link_problem(row, messages):
+    """Where and how the written row's tool results stop pairing up with its calls (``tool_link_problem``),
+    as text for the warning, or None."""
+    found = tool_link_problem(messages)
+    if found is None:
+        return None
+    index, what = found
+    if "completion" in row:
+        cut = len(row["prompt"])
+        where = f"prompt[{index}]" if index < cut else f"completion[{index - cut}]"
+    else:
+        where = f"messages[{index}]"
+    return f"{where}: {what}"
 
 
 def _trains_an_empty_turn(messages) -> bool:
@@ -267,6 +284,8 @@ class _SftTally:
         self.two_systems = 0  # rows with their own system message besides the export's system prompt
         self.undeclared = 0  # rows that call a tool the export's tools do not declare, the first one's
         self.first_undeclared = None  # (output line, tool name)
+        self.bad_links = 0  # rows whose tool results do not pair up with their calls, the first one's
+        self.first_bad_link = None  # (output line, where and how: ``_link_problem``)
         self.weighted = 0  # source rows whose messages carry a weight (``_carries_weights``)
         self.crashed = 0  # source rows the agent crashed in (``crashed_rollout``)
         self.big_int_rows = 0  # TRL rows holding an integer beyond int64 (``_big_ints``), the first one's
@@ -307,7 +326,8 @@ class _SftTally:
                 continue
             facts, body, tail = written
             (checked, invalid, with_system, with_tools, has_calls, truncated, chars_cut, trained, masked,
-             reward_verdict, goes_on, masks_a_reply, no_reply, empty_reply, two_systems, undeclared, big) = facts
+             reward_verdict, goes_on, masks_a_reply, no_reply, empty_reply, two_systems, undeclared, links,
+             big) = facts
             self.roundtrip.record(self.n_out, checked, invalid)
             self.with_system += with_system
             self.with_tools += with_tools
@@ -327,6 +347,10 @@ class _SftTally:
                 self.undeclared += 1
                 if self.first_undeclared is None:
                     self.first_undeclared = (self.n_out + 1, undeclared)
+            if links is not None:
+                self.bad_links += 1
+                if self.first_bad_link is None:
+                    self.first_bad_link = (self.n_out + 1, links)
             if big:
                 self.big_int_rows += 1
                 if self.first_big_int is None:
@@ -738,6 +762,15 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             f"{t.undeclared} of {t.n_out} rows call a tool that the tools written with them (from the "
             f"{src.tools_source}) do not declare (first {called_tool(name)}, line {line} of the output): trained on "
             f"them, the model learns to call a tool it is not given. {UNDECLARED_ADVICE}")
+    if t.bad_links:
+        line, where = t.first_bad_link
+        warnings.append(
+            f"{t.bad_links} of {t.n_out} rows have tool results that do not pair up with their calls (first at line "
+            f"{line} of the output, {where}): written as the rows link them (an id-less result takes the oldest "
+            "call still waiting, even one an earlier turn left unanswered), such a row shows the model a result for "
+            "another call, or for none, and OpenAI refuses it. Give each call an id and each tool result the "
+            "tool_call_id of the call it answers, one result per call (validate names each: tool_call_id_*, "
+            "tool_call_unanswered).")
     if not t.rows_read and src.hashed is None and not _rereadable(src.rows):  # an empty list or file: as spec E47
         warnings.append(
             "the iterator given as the source gave no rows, so the file has none; an iterator or generator is "

@@ -249,6 +249,39 @@ def declared_tool_names(tools):
     return frozenset(names) or None
 
 
+def tool_link_problem(messages):
+    """(index, what) of the first message at which written wire messages' tool results stop pairing up with
+    their calls, or None.
+
+    ``to_wire`` writes the spec's links (3.4, DECISIONS 9): an id-less result takes the oldest pending call,
+    even one an earlier turn left unanswered (E21), and a row's own ids are kept, so a result can answer
+    another call, one id can name two calls, and a result can answer none. The row is still written as the
+    spec says; this lets the export say so, as OpenAI refuses such a row and a chat template shows the model
+    the wrong result. A call still pending when the messages end is fine: it is the call a sample trains.
+    """
+    seen, pending = set(), []
+    for i, message in enumerate(messages or ()):
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "tool":
+            answer = message.get("tool_call_id")
+            if not answer:
+                return i, "a tool result with no call to answer"
+            if answer not in pending:
+                return i, f"a tool result for {text(answer)!r}, which is no call waiting for its result"
+            pending.remove(answer)
+            continue
+        if pending:
+            return i, f"a turn before call {pending[0]!r} has its result"
+        for call in message.get("tool_calls") or ():
+            call_id = call.get("id") if isinstance(call, dict) else None
+            if call_id in seen:
+                return i, f"call id {call_id!r} used a second time"
+            seen.add(call_id)
+            pending.append(call_id)
+    return None
+
+
 def called_tool(name: str) -> str:
     """How a warning names the tool a written call calls. A call its source gave no name (None, "", a call that
     is not an object or has no ``function``) is written with the name "", which ``''`` in a message hides, and
