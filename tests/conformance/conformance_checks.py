@@ -68,6 +68,8 @@ UNDECLARED = re.compile(r"^(\d+) of (\d+) rows call a tool that the tools writte
                         + FIRST_UNDECLARED)  # ours
 BAD_LINKS = re.compile(r"^(\d+) of (\d+) rows have tool results that do not pair up with their calls \(first at "
                        r"line (\d+) of the output")  # ours
+BAD_LINKS_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side whose tool results do not pair up with its calls "
+                             r"\(first at line (\d+) of the output")  # ours
 UNDECLARED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a chosen side that calls a tool the tools .* "
                               + FIRST_UNDECLARED)  # ours
 
@@ -642,7 +644,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
                                                        "crashed": CRASHED_PAIRS, "same_reply": SAME_REPLY_PAIRS,
                                                        "empty_chosen": EMPTY_CHOSEN_PAIRS,
                                                        "undeclared": UNDECLARED_PAIRS,
-                                                       "two_systems": TWO_SYSTEMS_PAIRS})
+                                                       "two_systems": TWO_SYSTEMS_PAIRS,
+                                                       "bad_links": BAD_LINKS_PAIRS})
     exp_extra = {"user_turns"} if user_turns else set()
     # ours: pairs whose chosen row was cut by the reply token cap (export_dataset warns of such rows, spec 5.6)
     length_cut = sum(1 for p in kept if p["chosen"].get("finish_reason") == "length")
@@ -694,6 +697,13 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     if two_systems:
         exp_extra.add("two_systems")
         event("a pair side opens with two system turns")
+    # ours: pairs with a side whose tool results do not pair up with its calls (a TRL side after its prompt)
+    head = (lambda row: row["prompt"]) if fmt == "trl" else (lambda row: [])  # noqa: E731
+    bad_links = [i for i, row in enumerate(pred, 1)
+                 if any(_links_broken(head(row) + row[side]) for side in ("chosen", "rejected"))]
+    if bad_links:
+        exp_extra.add("bad_links")
+        event("a pair side's tool results do not pair up with its calls")
     if chosen_leaks["n_leaked"]:
         exp_extra.add("d12_chosen")
     if rejected_quoting:
@@ -731,6 +741,9 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     if "undeclared" in extra:
         expected = (str(undeclared), str(len(pred)), first_undeclared[1] or None, str(first_undeclared[0]))
         assert extra["undeclared"].groups() == expected, extra["undeclared"].group(0)
+    if "bad_links" in extra:
+        expected = (str(len(bad_links)), str(len(pred)), str(bad_links[0]))
+        assert extra["bad_links"].groups() == expected, extra["bad_links"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     unexplained = {k: ours_rep.pop(k) for k in list(ours_rep) if k not in rep}
     H.assert_same(H.nan_safe(rep), H.nan_safe(ours_rep), "preference report", ctx)

@@ -116,3 +116,28 @@ def test_pooled_export_gives_the_same_warning(tmp_path, monkeypatch):
     one, two = (_link_warnings(r) for r in reports)
     assert one == two and one[0].startswith("20 of 80 rows have tool results that do not pair up with their calls "
                                             "(first at line 4 of the output, messages[4]")
+
+
+def _side(row, reward):
+    return {**row, "reward": reward}
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+@pytest.mark.parametrize("broken_side", ["chosen", "rejected"])
+def test_preference_export_names_pairs_with_a_side_whose_results_do_not_pair_up(tmp_path, fmt, broken_side):
+    clean = CLEAN["two_turns_each_answered"]
+    pair = {"prompt": "q", "chosen": _side(clean, 1.0), "rejected": _side(clean, 0.0), "margin": 1.0}
+    broken = dict(pair, **{broken_side: _side(LEFTOVER, 1.0 if broken_side == "chosen" else 0.0)})
+    report = wai.export_preference([pair, broken], tmp_path / "dpo.jsonl", system_prompt="S", tools=TOOLS,
+                                   format=fmt)
+    assert report["pairs"] == 2
+    (warning,) = [w for w in report.get("warnings", []) if "do not pair up with its calls" in w]
+    assert warning.startswith(f"1 of 2 pairs have a side whose tool results do not pair up with its calls (first at "
+                              f"line 2 of the output, {broken_side}")
+
+
+def test_preference_export_is_quiet_when_every_result_answers_its_call(tmp_path):
+    clean = CLEAN["parallel_calls_answered_by_id_out_of_order"]
+    pair = {"prompt": "q", "chosen": _side(clean, 1.0), "rejected": _side(CLEAN["two_turns_each_answered"], 0.0)}
+    report = wai.export_preference([pair], tmp_path / "dpo.jsonl", system_prompt="S", tools=TOOLS)
+    assert not [w for w in report.get("warnings", []) if "pair up" in w]

@@ -25,7 +25,8 @@ from .rows import SchemaCheck, preference_problems, stamp
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
 from .spool import Spool
 from .trl import first_assistant_index, trl_preference_row
-from .wire import ObjectTexts, called_tool, declared_tool_names, has_tool_calls, opens_with_two_systems, to_wire
+from .wire import (ObjectTexts, called_tool, declared_tool_names, has_tool_calls, opens_with_two_systems, to_wire,
+                   tool_link_problem)
 
 # How the no-tools and no-system-prompt warnings end, for a caller of export_preference. The pipeline has no
 # such argument (it reads the run's sidecar) and puts its own advice in their place, found by these texts.
@@ -161,10 +162,24 @@ def _pair_outcomes(item, plans):
             # prompt)
             bool(base.system) and (opens_with_two_systems(row["prompt"]) if plan.trl else
                                    opens_with_two_systems(row["chosen"]) or opens_with_two_systems(row["rejected"])),
+            _side_link_problem(row, plan.trl),
         )
         write = dumps_reusing if placed is None else placed.dumps
         outcomes.append((preference_problems(row), facts, write(row, "tools", plan.tools_json)))
     return outcomes
+
+
+def _side_link_problem(row, trl):
+    """Where and how a written pair's side first has tool results that do not pair up with its calls
+    (``wire.tool_link_problem``; a TRL side is read after its prompt, the chosen side's), as text, or None."""
+    prompt = row["prompt"] if trl else []
+    for side in ("chosen", "rejected"):
+        found = tool_link_problem(prompt + row[side])
+        if found is not None:
+            index, what = found
+            where = f"prompt[{index}]" if index < len(prompt) else f"{side}[{index - len(prompt)}]"
+            return f"{where}: {what}"
+    return None
 
 
 def _opens_with_system(messages) -> bool:
@@ -198,6 +213,8 @@ class _PairTally:
         self.two_systems = 0  # pairs written with a side that opens with two system turns
         self.undeclared = 0  # pairs whose chosen side calls a tool the export's tools do not declare, the first's
         self.first_undeclared = None  # (output line, tool name)
+        self.bad_links = 0  # pairs with a side whose tool results do not pair up with its calls, the first's
+        self.first_bad_link = None  # (output line, where and how: ``_side_link_problem``)
 
     def consume(self, outcome, position):
         tick(self.progress, self.n_entries + self.skipped + 1)
@@ -228,7 +245,7 @@ class _PairTally:
             return
         (chosen_calls, rejected_calls, leak, rejected_quotes, has_calls, delta, identical, margin, user_turns,
          no_reply, length_cut, other_context, crashed, same_reply, empty_chosen, calls_without_system,
-         undeclared, two_systems) = facts
+         undeclared, two_systems, links) = facts
         self.roundtrip.record(2 * self.n_out, *chosen_calls)
         self.roundtrip.record(2 * self.n_out + 1, *rejected_calls)
         self.leaks.record(leak)
@@ -251,6 +268,10 @@ class _PairTally:
             self.undeclared += 1
             if self.first_undeclared is None:
                 self.first_undeclared = (self.n_out + 1, undeclared)
+        if links is not None:
+            self.bad_links += 1
+            if self.first_bad_link is None:
+                self.first_bad_link = (self.n_out + 1, links)
         if margin is not None:
             self.n_margins += 1
             self.margin_sum += margin
@@ -515,6 +536,14 @@ def _checked_report(tally, src, format, name="export_preference"):
             f"the {src.tools_source}) do not declare (first {called_tool(name)}, line {line} of the output): DPO "
             "pushes the model towards calling a tool it is not given (a rejected side's such call is a fair negative "
             f"and is not counted). {UNDECLARED_ADVICE}")
+    if t.bad_links:
+        line, where = t.first_bad_link
+        report.setdefault("warnings", []).append(
+            f"{t.bad_links} of {n_out} pairs have a side whose tool results do not pair up with its calls (first at "
+            f"line {line} of the output, {where}): written as the side links them (an id-less result takes the "
+            "oldest call still waiting, even one an earlier turn left unanswered), it shows the model a result for "
+            "another call, or for none. Give each call an id and each tool result the tool_call_id of the call it "
+            "answers, one result per call.")
     if t.n_margins:
         report["mean_margin"] = round(t.margin_sum / t.n_margins, 4)
     if leaks.n_leaked:
