@@ -66,6 +66,8 @@ FIRST_UNDECLARED = (r"do not declare \(first (?:'([^']*)'|a call with no functio
                     r"function_name_missing), line (\d+) of the output\)")
 UNDECLARED = re.compile(r"^(\d+) of (\d+) rows call a tool that the tools written with them .* "
                         + FIRST_UNDECLARED)  # ours
+THINK_LEFT = re.compile(r"^(\d+) of (\d+) rows train an assistant turn that still holds a <think> or </think> tag "
+                        r"after strip_think \(first at line (\d+) of the output\)")  # ours
 BAD_LINKS = re.compile(r"^(\d+) of (\d+) rows have tool results that do not pair up with their calls \(first at "
                        r"line (\d+) of the output")  # ours
 BAD_LINKS_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side whose tool results do not pair up with its calls "
@@ -328,7 +330,8 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
                                                        "skipped": SKIPPED, "no_reply": NO_REPLY,
                                                        "empty_reply": EMPTY_REPLY, "two_systems": TWO_SYSTEMS,
                                                        "weighted": WEIGHTED, "crashed": CRASHED_ROWS,
-                                                       "undeclared": UNDECLARED, "bad_links": BAD_LINKS})
+                                                       "undeclared": UNDECLARED, "bad_links": BAD_LINKS,
+                                                       "think_left": THINK_LEFT})
     # DECISIONS 6: warn when a row with tool calls is exported with no tools or no system prompt
     with_calls = _rows_with_calls(pred)
     calls_without_system = _calls_without_system(pred)
@@ -385,6 +388,14 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     if undeclared:
         exp_extra.add("undeclared")
         event("a row calls an undeclared tool")
+    # ours: with strip_think, a trained reply that still holds a think tag (spec 3.6 strips whole blocks only)
+    think_left = [i for i, x in enumerate(pred, 1) if strip_think and any(
+        isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("content"), str)
+        and re.search(r"</?think>", m["content"], re.IGNORECASE)
+        for m in (x["completion"] if "completion" in x else x.get("messages") or ()))]
+    if think_left:
+        exp_extra.add("think_left")
+        event("a trained reply keeps a think tag")
     # ours: rows whose tool results do not pair up with their calls (spec E21's leftover id, ids a row reuses...)
     bad_links = [i for i, x in enumerate(pred, 1) if _links_broken(H.row_conversation(x))]
     if bad_links:
@@ -416,6 +427,9 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     if "undeclared" in extra:
         expected = (str(undeclared), str(n_out), first_undeclared[1] or None, str(first_undeclared[0]))
         assert extra["undeclared"].groups() == expected, extra["undeclared"].group(0)
+    if "think_left" in extra:
+        expected = (str(len(think_left)), str(n_out), str(think_left[0]))
+        assert extra["think_left"].groups() == expected, extra["think_left"].group(0)
     if "bad_links" in extra:
         expected = (str(len(bad_links)), str(n_out), str(bad_links[0]))
         assert extra["bad_links"].groups() == expected, extra["bad_links"].group(0)

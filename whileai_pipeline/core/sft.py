@@ -15,6 +15,7 @@ published when a gate or a schema check fails.
 import contextlib
 import json
 import math
+import re
 import time
 
 from .conversation import conversation, crashed_rollout
@@ -165,6 +166,9 @@ def _written(entry, plan, objects=None, long_run=None):
     # block, stripped): the model learns to end its turn without a word. OpenAI and a TRL messages row train
     # every assistant turn; a completion row only its completion.
     empty_reply = _trains_an_empty_turn(row["completion"] if "completion" in row else messages)
+    # a reply strip_think could not clean (an unclosed <think>, a </think> whose opening tag the template wrote):
+    # the caller asked for no thinking, and the model would learn the reasoning and a stray tag
+    think_left = plan.strip_think and _keeps_a_think_tag(row["completion"] if "completion" in row else messages)
     first = messages[0] if messages else None
     # the row's own system message right under the one the export put first (sidecar, profile or argument); one
     # between later turns is a note the run gave the agent, which it sees when it runs
@@ -190,6 +194,7 @@ def _written(entry, plan, objects=None, long_run=None):
         two_systems,
         undeclared,
         links,
+        think_left,
     )
     write = dumps_reusing if objects is None else objects.dumps
     body = write(row, "tools", plan.tools_json)
@@ -210,6 +215,20 @@ def _link_problem(row, messages):
     else:
         where = f"messages[{index}]"
     return f"{where}: {what}"
+
+
+def _keeps_a_think_tag(messages) -> bool:
+    """Whether an assistant turn of these written messages still holds a ``<think>`` or ``</think>`` tag:
+    spec 3.6 strips whole blocks only, so one never closed, or closed without its opening tag, stays."""
+    for m in messages or ():
+        if isinstance(m, dict) and m.get("role") == "assistant":
+            content = m.get("content")
+            if isinstance(content, str) and "<" in content and _THINK_TAG.search(content):
+                return True
+    return False
+
+
+_THINK_TAG = re.compile(r"</?think>", re.IGNORECASE)
 
 
 def _trains_an_empty_turn(messages) -> bool:
@@ -284,6 +303,8 @@ class _SftTally:
         self.two_systems = 0  # rows with their own system message besides the export's system prompt
         self.undeclared = 0  # rows that call a tool the export's tools do not declare, the first one's
         self.first_undeclared = None  # (output line, tool name)
+        self.think_left = 0  # rows that train a reply still holding a think tag, the first one's output line
+        self.first_think_left = None
         self.bad_links = 0  # rows whose tool results do not pair up with their calls, the first one's
         self.first_bad_link = None  # (output line, where and how: ``_link_problem``)
         self.weighted = 0  # source rows whose messages carry a weight (``_carries_weights``)
@@ -327,7 +348,7 @@ class _SftTally:
             facts, body, tail = written
             (checked, invalid, with_system, with_tools, has_calls, truncated, chars_cut, trained, masked,
              reward_verdict, goes_on, masks_a_reply, no_reply, empty_reply, two_systems, undeclared, links,
-             big) = facts
+             think_left, big) = facts
             self.roundtrip.record(self.n_out, checked, invalid)
             self.with_system += with_system
             self.with_tools += with_tools
@@ -347,6 +368,10 @@ class _SftTally:
                 self.undeclared += 1
                 if self.first_undeclared is None:
                     self.first_undeclared = (self.n_out + 1, undeclared)
+            if think_left:
+                self.think_left += 1
+                if self.first_think_left is None:
+                    self.first_think_left = self.n_out + 1
             if links is not None:
                 self.bad_links += 1
                 if self.first_bad_link is None:
@@ -751,6 +776,13 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             f"{t.empty_reply} of {t.n_out} rows train an assistant turn with no text and no tool call (e.g. a reply "
             "that was only a <think> block, removed by strip_think): the model learns to end its turn without a "
             "word. Leave those rows out of the export, or export with strip_think=False to keep the thinking.")
+    if t.think_left:
+        warnings.append(
+            f"{t.think_left} of {t.n_out} rows train an assistant turn that still holds a <think> or </think> tag "
+            f"after strip_think (first at line {t.first_think_left} of the output): strip_think removes whole "
+            "<think>...</think> blocks only, so a reply whose thinking was never closed, or whose opening tag the "
+            "chat template wrote, is written with its reasoning and the stray tag, and the model learns to say "
+            "them. Close or remove the tags in the run, or leave those rows out of the export.")
     if t.two_systems:
         warnings.append(
             f"{t.two_systems} of {t.n_out} rows open with their own system message and were given the system prompt "
