@@ -109,7 +109,7 @@ def test_pooled_preference_export_gives_the_same_warnings(tmp_path, monkeypatch)
     two = wai.export_preference(src, tmp_path / "two.jsonl", workers=2, **kwargs)
     assert one["warnings"] == two["warnings"]
     assert [w for w in two["warnings"] if w.startswith("20 of 80 pairs have a chosen side that calls a tool")]
-    assert [w for w in two["warnings"] if w.startswith("16 of 80 pairs have a side that holds its own system")]
+    assert [w for w in two["warnings"] if w.startswith("16 of 80 pairs have a side that opens with its own system")]
 
 
 @pytest.mark.parametrize("fmt, kwargs, expected", [
