@@ -9,8 +9,11 @@ with a call; the export must say so, not write it without a word.
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import whileai_pipeline.simulations as wai
+from whileai_pipeline.core.wire import WireStats, to_wire, tool_link_problem
 
 TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in ("a", "b")]
 LINKS = "tool results that do not pair up with their calls"
@@ -141,3 +144,24 @@ def test_preference_export_is_quiet_when_every_result_answers_its_call(tmp_path)
     pair = {"prompt": "q", "chosen": _side(clean, 1.0), "rejected": _side(CLEAN["two_turns_each_answered"], 0.0)}
     report = wai.export_preference([pair], tmp_path / "dpo.jsonl", system_prompt="S", tools=TOOLS)
     assert not [w for w in report.get("warnings", []) if "pair up" in w]
+
+
+_ids = st.one_of(st.none(), st.sampled_from(["a", "b", "call_0000", "call_0001"]))
+_message = st.one_of(
+    st.builds(lambda role: {"role": role, "content": "hi"}, st.sampled_from(["user", "system", "assistant"])),
+    st.builds(lambda ids: {"role": "assistant", "content": "", "tool_calls": [_call("a", id=i) for i in ids]},
+              st.lists(_ids, min_size=1, max_size=3)),
+    st.builds(lambda i: _tool("ok", i), _ids),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_message, max_size=8), st.sampled_from(["", "S"]))
+def test_to_wire_flags_every_conversation_the_exact_check_refuses(messages, system):
+    """The export reads the written messages for the warning only when ``to_wire`` flagged them as it linked
+    them (``WireStats.unlinked``, a cost of nothing per row): the flag must be up for every conversation the
+    exact check finds a problem in, or a broken row would go unnamed."""
+    stats = WireStats()
+    written = to_wire(messages, system=system, stats=stats)
+    if tool_link_problem(written) is not None:
+        assert stats.unlinked, written

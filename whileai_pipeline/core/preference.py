@@ -25,8 +25,8 @@ from .rows import SchemaCheck, preference_problems, stamp
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
 from .spool import Spool
 from .trl import first_assistant_index, trl_preference_row
-from .wire import (ObjectTexts, called_tool, declared_tool_names, has_tool_calls, opens_with_two_systems, to_wire,
-                   tool_link_problem)
+from .wire import (ObjectTexts, WireStats, called_tool, declared_tool_names, has_tool_calls, opens_with_two_systems,
+                   to_wire, tool_link_problem)
 
 # How the no-tools and no-system-prompt warnings end, for a caller of export_preference. The pipeline has no
 # such argument (it reads the run's sidecar) and puts its own advice in their place, found by these texts.
@@ -100,12 +100,14 @@ def _pair_outcomes(item, plans):
     entry = {"prompt": scrub(item.get("prompt"))}  # a pair field like the rest (DECISIONS 8); TRL replaces it
     rebuilt = {}  # each side's conversation, built once for the wire rows and the leak checks
     objects = ObjectTexts() if base.json_rows and any(plan.trl for plan in plans) else None
+    stats = WireStats()  # ``unlinked``: whether a side's tool results may not pair up with its calls
     for side in ("chosen", "rejected"):
         row = item[side]
         messages = row.get("messages")
         if not messages:
             messages = rebuilt[side] = conversation(row)
-        entry[side] = to_wire(messages, system=base.system, strip_think=base.strip_think, objects=objects)
+        entry[side] = to_wire(messages, system=base.system, strip_think=base.strip_think, objects=objects,
+                              stats=stats)
     if base.tools:
         entry["tools"] = list(base.tools)
     for key in PAIR_KEYS:
@@ -162,7 +164,7 @@ def _pair_outcomes(item, plans):
             # prompt)
             bool(base.system) and (opens_with_two_systems(row["prompt"]) if plan.trl else
                                    opens_with_two_systems(row["chosen"]) or opens_with_two_systems(row["rejected"])),
-            _side_link_problem(row, plan.trl),
+            _side_link_problem(row, plan.trl) if stats.unlinked else None,
         )
         write = dumps_reusing if placed is None else placed.dumps
         outcomes.append((preference_problems(row), facts, write(row, "tools", plan.tools_json)))

@@ -58,10 +58,11 @@ def stamp(row):
     return row
 
 
-def convert_row(raw, system, tools, strip_think, mask_mode, unroll, cap, rebuilt=None, objects=None):
+def convert_row(raw, system, tools, strip_think, mask_mode, unroll, cap, rebuilt=None, objects=None, stats=None):
     """One source row -> its training entries (one, or one per assistant turn when unrolling).
 
-    ``rebuilt`` is ``conversation(raw)`` when the caller already built it; ``objects``: see ``to_wire``.
+    ``rebuilt`` is ``conversation(raw)`` when the caller already built it; ``objects``: see ``to_wire``;
+    ``stats``: a ``WireStats`` to fill, for a caller that reads it after.
     """
     row = bridge_tool_trace(raw)
     messages = row.get("messages")
@@ -69,7 +70,7 @@ def convert_row(raw, system, tools, strip_think, mask_mode, unroll, cap, rebuilt
     if not messages:
         messages = rebuilt if (rebuilt is not None and row is raw) else conversation(row)
         call_ids = ()  # a rebuilt conversation's calls bring no ids
-    stats = WireStats()
+    stats = WireStats() if stats is None else stats
     wire = to_wire(messages, system=system, strip_think=strip_think, max_tool_output_chars=cap, stats=stats,
                    objects=objects, call_ids=call_ids)
     entry = {"messages": wire}

@@ -46,7 +46,7 @@ from .trl import (
     trl_completion_row,
     trl_training_row,
 )
-from .wire import (ObjectTexts, called_tool, check_tool_output_cap, declared_tool_names, has_tool_calls,
+from .wire import (ObjectTexts, WireStats, called_tool, check_tool_output_cap, declared_tool_names, has_tool_calls,
                    opens_with_two_systems, tool_link_problem)
 
 # How the no-tools and no-system-prompt warnings end, for a caller of export_dataset. The pipeline has no
@@ -99,12 +99,13 @@ def _sft_outcomes(raw, plans, long_run=None):
     # the argument texts to_wire writes from objects: a TRL row carries them as they are, and the round-trip
     # gate knows they read back as objects (``count_tool_calls``)
     objects = ObjectTexts() if base.json_rows else None
+    stats = WireStats()
     for entry in convert_row(raw, base.system, base.tools, base.strip_think, base.mask_mode, base.unroll, base.cap,
-                             rebuilt, objects):
+                             rebuilt, objects, stats):
         problems = training_problems(entry)
         group = row_summary(entry) if base.summarize_groups else None
         for plan, written in zip(plans, entries):
-            written.append((problems, group, _written(entry, plan, objects, long_run)))
+            written.append((problems, group, _written(entry, plan, objects, long_run, stats.unlinked)))
     flags = (raw.get("finish_reason") == "length", _carries_weights(raw.get("messages")), crashed_rollout(raw))
     return [(leak, flags, written) for written in entries]
 
@@ -123,12 +124,13 @@ def _located_outcomes(raw, plans, src, position, long_run=None):
         raise src.bad_row(position, exc) from None
 
 
-def _written(entry, plan, objects=None, long_run=None):
+def _written(entry, plan, objects=None, long_run=None, unlinked=True):
     """One format's share of a training row: (facts, serialized row, tail), or None when TRL drops it.
 
     A TRL conversion decodes the entry's messages in place (unrolled samples share them, so those are
     copied): ``_plans`` puts the TRL plan last, after any format that reads the entry as it is.
-    Arguments ``objects`` holds stay text, written as they are (``wire.ObjectTexts``).
+    Arguments ``objects`` holds stay text, written as they are (``wire.ObjectTexts``). ``unlinked``: whether
+    ``to_wire`` saw a tool result that may not pair up with its call (``WireStats``).
     """
     row = entry
     known = objects.texts if objects is not None else ()
@@ -164,16 +166,15 @@ def _written(entry, plan, objects=None, long_run=None):
     no_reply = "completion" not in row and not trained
     # an assistant turn the consumer trains that holds neither words nor a call (a reply that was only a <think>
     # block, stripped): the model learns to end its turn without a word. OpenAI and a TRL messages row train
-    # every assistant turn; a completion row only its completion.
-    empty_reply = _trains_an_empty_turn(row["completion"] if "completion" in row else messages)
-    # a reply strip_think could not clean (an unclosed <think>, a </think> whose opening tag the template wrote):
-    # the caller asked for no thinking, and the model would learn the reasoning and a stray tag
-    think_left = plan.strip_think and _keeps_a_think_tag(row["completion"] if "completion" in row else messages)
+    # every assistant turn; a completion row only its completion. And a reply strip_think could not clean (an
+    # unclosed <think>, a </think> whose opening tag the template wrote): the caller asked for no thinking, and
+    # the model would learn the reasoning and a stray tag.
+    empty_reply, think_left = _trained_turns(row["completion"] if "completion" in row else messages, plan.strip_think)
     first = messages[0] if messages else None
     # the row's own system message right under the one the export put first (sidecar, profile or argument); one
     # between later turns is a note the run gave the agent, which it sees when it runs
     two_systems = bool(plan.system) and opens_with_two_systems(messages)
-    links = _link_problem(row, messages)
+    links = _link_problem(row, messages) if unlinked else None  # ``WireStats.unlinked``: most rows need no look
     tail = b""
     if plan.grouping and "prompt_text" in row:
         row = dict(row)
@@ -217,27 +218,25 @@ def _link_problem(row, messages):
     return f"{where}: {what}"
 
 
-def _keeps_a_think_tag(messages) -> bool:
-    """Whether an assistant turn of these written messages still holds a ``<think>`` or ``</think>`` tag:
-    spec 3.6 strips whole blocks only, so one never closed, or closed without its opening tag, stays."""
+def _trained_turns(messages, strip_think):
+    """(whether an assistant turn of these written messages holds neither words nor a call, whether one still
+    holds a ``<think>`` or ``</think>`` tag after ``strip_think``), read in one pass: spec 3.6 strips whole
+    blocks only, so one never closed, or closed without its opening tag (the chat template wrote it), stays."""
+    empty = think_left = False
     for m in messages or ():
         if isinstance(m, dict) and m.get("role") == "assistant":
             content = m.get("content")
-            if isinstance(content, str) and "<" in content and _THINK_TAG.search(content):
-                return True
-    return False
+            if isinstance(content, str):
+                if not content.strip():
+                    empty = empty or not m.get("tool_calls")
+                elif strip_think and "<" in content and _THINK_TAG.search(content):
+                    think_left = True
+            elif not content and not m.get("tool_calls"):
+                empty = True
+    return empty, think_left
 
 
 _THINK_TAG = re.compile(r"</?think>", re.IGNORECASE)
-
-
-def _trains_an_empty_turn(messages) -> bool:
-    for m in messages or ():
-        if isinstance(m, dict) and m.get("role") == "assistant" and not m.get("tool_calls"):
-            content = m.get("content")
-            if not (content.strip() if isinstance(content, str) else content):
-                return True
-    return False
 
 
 def _big_ints(body, long_run):

@@ -334,12 +334,15 @@ def cut_tool_output(content: str, cap):
 # ---------------------------------------------------------------- messages
 
 class WireStats:
-    """Where ``max_tool_output_chars`` cut: ``(message_index, chars_cut)`` per truncated tool message."""
+    """Where ``max_tool_output_chars`` cut: ``(message_index, chars_cut)`` per truncated tool message; and
+    ``unlinked``: whether a tool result may not pair up with its call (the cheap test ``to_wire`` makes as it
+    links them: only then is ``tool_link_problem`` worth reading the written messages for)."""
 
-    __slots__ = ("cuts",)
+    __slots__ = ("cuts", "unlinked")
 
     def __init__(self):
         self.cuts = []
+        self.unlinked = False
 
     @property
     def truncated(self) -> int:
@@ -393,6 +396,8 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
     pending = deque()
     counter = 0
     own_ids = call_ids  # the ids the conversation's calls bring, read when an id is first generated
+    brought = set()  # the ids calls brought so far: one brought twice names two calls
+    unlinked = False  # a result with no call waiting for it, a turn while one waits, an id brought twice
     for message in _iterable(messages, "messages", "a list of message objects"):
         if type(message) is not dict and not isinstance(message, dict):
             continue
@@ -403,6 +408,8 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
         if type(content) is not str:
             content = content_text(content)
         if role == "assistant":
+            if pending:
+                unlinked = True
             if strip_think:
                 content = strip_think_blocks(content)
             entry = {"role": "assistant", "content": content}
@@ -418,6 +425,9 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
                     call_id = call.get("id")
                     if call_id:
                         call_id = text(call_id)
+                        if call_id in brought:
+                            unlinked = True
+                        brought.add(call_id)
                     else:
                         if own_ids is None:
                             own_ids = _own_call_ids(messages)
@@ -451,10 +461,16 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
                 try:
                     pending.remove(own_id)
                 except ValueError:
-                    pass
+                    unlinked = True
             elif pending:
                 entry["tool_call_id"] = pending.popleft()
+            else:
+                unlinked = True
             out.append(entry)
         elif role in ("user", "system"):
+            if pending:
+                unlinked = True
             out.append({"role": role, "content": content})
+    if unlinked and stats is not None:
+        stats.unlinked = True
     return out
