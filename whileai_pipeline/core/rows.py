@@ -118,13 +118,19 @@ def preference_problems(row):
     return problems
 
 
+# The advice of a training row with no conversation; the pipeline, which has no system_prompt= option,
+# names the run's sidecar in place of SYSTEM_PROMPT_ARGUMENT.
+SYSTEM_PROMPT_ARGUMENT = "(or pass system_prompt=)"
+TRAINING_SCHEMA_ADVICE = ("A training row needs a non-empty conversation: give each row a prompt, steps or messages "
+                          f"{SYSTEM_PROMPT_ARGUMENT}, and fix or drop the rows named.")
+
+
 class SchemaCheck:
     """Collects the first few invalid rows, as ``schema_invalid in <where>: i:code; ...``."""
 
     def __init__(self, where, advice=None):
         self.where = where
-        self.advice = advice or ("A training row needs a non-empty conversation: give each row a prompt, steps or "
-                                 "messages (or pass system_prompt=), and fix or drop the rows named.")
+        self.advice = advice or TRAINING_SCHEMA_ADVICE
         self.bad = []
         self.first_source = None
 

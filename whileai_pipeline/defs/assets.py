@@ -11,10 +11,13 @@ decides publish or reject from the reports, and describes what happened.
 
 import contextlib
 import errno
+import filecmp
 import functools
 import hashlib
+import itertools
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -24,15 +27,15 @@ import whileai_pipeline.simulations as wai
 from whileai_pipeline.core import preference, sft
 from whileai_pipeline.core.atomic import atomic_file
 from whileai_pipeline.core.errors import BadJsonlError, ExportError, SourceChangedError, WriteFailedError
-from whileai_pipeline.core.jsonl import _BLANK, dumps_line, parse_line, sha256_file
+from whileai_pipeline.core.jsonl import _BLANK, dumps_line, iter_jsonl, parse_line, sha256_file
 from whileai_pipeline.core.judge import JudgeStalledError, judge_pairs_file
 from whileai_pipeline.core.pairs import build_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
-from whileai_pipeline.core.rows import shape_problem
+from whileai_pipeline.core.rows import SYSTEM_PROMPT_ARGUMENT, shape_problem
 from whileai_pipeline.core.runs import (SIMULATE_DONE, progress_path, read_sidecar_file, sidecar_file,
                                         simulate_stage)
 from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callable, passing_rows_file, resolve_scorer,
-                                           score_file, score_stats_of_file)
+                                           score_file, score_stats_of_file, verdict)
 
 from .code_fingerprint import code_fingerprint
 from .config import (FIX_RUN_CONFIG, FORMATS, ConfigFileError, DpoExportConfig, OnBadLine, PairsConfig, RawConfig,
@@ -173,8 +176,9 @@ def _require_stage(storage, path, needs: str):
         )
 
 
-def _library_failure(exc: Exception, what: str) -> dg.Failure:
-    return dg.Failure(description=f"{what}: {exc}", metadata={"error": type(exc).__name__})
+def _library_failure(exc: Exception, what: str, said=None) -> dg.Failure:
+    """The step's failure for the library's error ``exc`` (``said``: its message as the pipeline words it)."""
+    return dg.Failure(description=f"{what}: {said or exc}", metadata={"error": type(exc).__name__})
 
 
 # --------------------------------------------------------------------------- 1. raw
@@ -619,7 +623,8 @@ def _export_candidates(context, storage, kind, formats, export, source, what, **
         progress.close()
     except ValueError as exc:
         discard(cand_dir)
-        raise _library_failure(exc, what) from None
+        said = _said_of_the_run(str(exc), storage, context.partition_key, source) if kind == "sft" else None
+        raise _library_failure(exc, what, said) from None
     _advise_the_run_sidecar(reports, storage, context.partition_key)
     return cand_dir, candidates, reports
 
@@ -682,6 +687,46 @@ def _advise_the_run_sidecar(reports, storage, key) -> None:
                         advice[advise] = advise(storage, key)
                     warnings[i] = text[: -len(ending)] + advice[advise]
                     break
+
+
+def _said_of_the_run(message, storage, key, source) -> str:
+    """An SFT export's error about a row of its stage ``source`` (``<source>:<line>``) with that row named by
+    its line in the run (``_run_line``), and the library's ``system_prompt=`` advice as the run's sidecar: the
+    stage holds only the rows exported (the passing ones, by default), so its line numbers are not the run's,
+    and a pipeline user neither edits a stage nor passes arguments."""
+    def in_run(match):
+        return _run_line(storage, key, source, int(match.group(1))) or match.group(0)
+
+    message = re.sub(re.escape(str(source)) + r":(\d+)", in_run, message)
+    sidecar = meta_path_for(_run_file(storage, key))
+    return message.replace(SYSTEM_PROMPT_ARGUMENT, f"(or a system_prompt in the run's sidecar {sidecar})")
+
+
+def _run_line(storage, key, source, line):
+    """``<file>:<line>`` of the run line that row ``line`` of the SFT stage ``source`` came from, else None.
+
+    The scored stage holds one row per non-blank line of the raw stage, in order, and ``sft_source`` its
+    passing rows. The file named is the inbox run when the raw stage is still its copy (the CLI names it as
+    the file given), else the raw stage (``on_bad_line: quarantine`` left lines out: its numbers are its own).
+    Read only on this failure, and only up to the row."""
+    scored, raw = storage.stage_path(key, STAGE_SCORED), storage.stage_path(key, STAGE_RAW)
+    try:
+        if Path(source) == storage.stage_path(key, STAGE_SFT_SOURCE):
+            passing = (n for n, row in iter_jsonl(scored)
+                       if isinstance(row, dict) and verdict(row.get("reward")) == "pass")
+            line = next(itertools.islice(passing, line - 1, None), None)
+        elif Path(source) != scored:
+            return None
+        if line is None:
+            return None
+        line = next(itertools.islice((n for n, _ in iter_jsonl(raw)), line - 1, None), None)
+        if line is None:
+            return None
+        run = storage.find_run(key)
+        named = run if run is not None and filecmp.cmp(run, raw, shallow=False) else raw
+    except (OSError, ValueError):  # a stage gone or changed since: the library's own words stay
+        return None
+    return f"{named}:{line}"
 
 
 def _gates_run_after(context) -> bool:
