@@ -94,7 +94,7 @@ def test_a_leak_check_of_an_export_without_rows_does_not_blame_the_rows(formats)
 def test_a_leak_let_through_by_validate_false_passes_with_warn():
     result = _leak_result(_metadata({"openai": {"privileged_leaks": LEAKED}}, validate=False), "run")
     assert (result.passed, result.severity) == (True, WARN)
-    assert result.description.endswith(". Exported anyway (validate=False).")
+    assert result.description.endswith(". Exported anyway (validate: false).")
 
 
 @pytest.mark.parametrize("order", [("openai", "trl"), ("trl", "openai")])

@@ -143,7 +143,7 @@ def test_validate_false_publishes_with_warn_and_warnings(published):
     checks = check_results(result)
     for (asset, gate), ev in checks.items():
         assert ev.passed and ev.severity == WARN, (asset, gate, ev.description)
-    assert "Exported anyway (validate=False)" in checks[("sft_export", "privileged_leak")].description
+    assert "Exported anyway (validate: false)" in checks[("sft_export", "privileged_leak")].description
     assert "would not have blocked" in checks[("sft_export", "tool_call_roundtrip")].description
     md = materialization(result, "sft_export")
     assert md["status"].value == "published" and md["validate"].value is False

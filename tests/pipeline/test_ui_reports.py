@@ -39,7 +39,7 @@ def test_a_refused_leak_names_the_rows_the_candidate_and_what_to_do(published):
     # which row, which field, what to do: the description the check page and the CLI show
     assert f"{scenario} rollout {rollout} quotes privileged.reference" in leak.description
     assert "To fix: drop or regenerate the rollouts named" in leak.description
-    assert "validate=False would publish it anyway" in leak.description
+    assert "or ops.sft_export.config.validate in Dagster's run config) would publish it anyway" in leak.description
     table = leak.metadata["leaked_rows"].value
     assert f"| {scenario} | {rollout} | reference |" in table
     # the failed step's own log at ERROR says it all, with the candidate's folder

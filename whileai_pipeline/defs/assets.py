@@ -872,7 +872,7 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
             f"{rejected_dir}; the published files are unchanged"
         )
     elif failed:
-        context.log.warning(f"{kind} export for {key!r} failed gates {failed} but validate=False: published anyway")
+        context.log.warning(f"{kind} export for {key!r} failed gates {failed} but validate is false: published anyway")
     if status == "nothing to publish":
         context.log.warning(
             f"{kind} export for {key!r} has no {'rows' if kind == 'sft' else 'pairs'} to publish; "

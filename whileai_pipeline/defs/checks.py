@@ -79,7 +79,7 @@ def _common_metadata(metadata, run_id):
     return out
 
 
-def _roundtrip_result(metadata, run_id):
+def _roundtrip_result(metadata, run_id, asset="<export>"):
     reports = _reports(metadata)
     validate = bool(_value(metadata, "validate", True))
     out = _common_metadata(metadata, run_id)
@@ -105,13 +105,13 @@ def _roundtrip_result(metadata, run_id):
         if validate:
             return dg.AssetCheckResult(passed=True, severity=ERROR, description=text, metadata=out)
         return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
-                                   description=text + " (validate=False: this gate would not have blocked)")
+                                   description=text + f" ({LET_THROUGH}: this gate would not have blocked)")
     text = "tool calls whose arguments do not parse back to an object: " + "; ".join(bad)
     if validate:
         return dg.AssetCheckResult(passed=False, severity=ERROR, metadata=out,
-                                   description=text + _refused("tool_call_roundtrip"))
+                                   description=text + _refused("tool_call_roundtrip", asset))
     return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
-                               description=text + ". Exported anyway (validate=False).")
+                               description=text + f". Exported anyway ({LET_THROUGH}).")
 
 
 def _rows_named(path, indices, limit=3):
@@ -149,7 +149,7 @@ def _rows_named(path, indices, limit=3):
     return (": " + "; ".join(named)) if named else ""
 
 
-def _leak_result(metadata, run_id):
+def _leak_result(metadata, run_id, asset="<export>"):
     reports = _reports(metadata)
     validate = bool(_value(metadata, "validate", True))
     out = _common_metadata(metadata, run_id)
@@ -179,9 +179,9 @@ def _leak_result(metadata, run_id):
         summary += "; first: " + ", ".join(f"{s} rollout {r} quotes privileged.{f}" for s, r, f, _ in rows[:3])
         if validate:
             return dg.AssetCheckResult(passed=False, severity=ERROR, metadata=out,
-                                       description=summary + _refused("privileged_leak"))
+                                       description=summary + _refused("privileged_leak", asset))
         return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
-                                   description=summary + ". Exported anyway (validate=False).")
+                                   description=summary + f". Exported anyway ({LET_THROUGH}).")
     if not any_checked:
         # an export of nothing: no row read, or none written (every pair a dropped tie, every row dropped)
         if reports and all(r.get("rows_read") == 0 or r.get("n_written", r.get("pairs")) == 0
@@ -196,7 +196,7 @@ def _leak_result(metadata, run_id):
                                    description="NOTHING TO READ: " + summary + ". " + advice)
     if not validate:
         return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
-                                   description=summary + " (validate=False: this gate would not have blocked)")
+                                   description=summary + f" ({LET_THROUGH}: this gate would not have blocked)")
     return dg.AssetCheckResult(passed=True, severity=WARN if rejected_quoting else ERROR,
                                metadata=out, description=summary)
 
@@ -220,18 +220,24 @@ _REMEDY = {
 }
 
 
-def _refused(gate):
+# How a pipeline user turns the gates off, in the words of the config they write (validate=False is the
+# library's keyword argument, which they never pass).
+LET_THROUGH = "validate: false"
+
+
+def _refused(gate, asset):
     """What a refusal means and what to do: said in the description, which the CLI and the check page show."""
     return (f". Export refused: the published files are unchanged and the candidate and its reports are kept "
             f"under rejected/ (this check's rejected_path). To fix: {_REMEDY[gate]}, then run the chain again; "
-            "validate=False would publish it anyway, with this check as a WARN.")
+            f"{LET_THROUGH} (in the options file, or ops.{asset}.config.validate in Dagster's run config) would "
+            "publish it anyway, with this check as a WARN.")
 
 
 _DESCRIPTIONS = {
     "tool_call_roundtrip": "Every tool call's arguments parse back to an object in the exported encoding "
-    "(openai: a JSON string; trl: a dict). Blocking: a failure under validate=True refuses the export.",
+    "(openai: a JSON string; trl: a dict). Blocking: a failure refuses the export unless validate is false.",
     "privileged_leak": "No exported assistant turn quotes its row's privileged context (reference, principle, "
-    "hidden state). Blocking: a failure under validate=True refuses the export. Nothing to read: WARN.",
+    "hidden state). Blocking: a failure refuses the export unless validate is false. Nothing to read: WARN.",
 }
 _RESULTS = {"tool_call_roundtrip": _roundtrip_result, "privileged_leak": _leak_result}
 
@@ -243,7 +249,7 @@ def _gate_check(asset_def, gate):
         metadata, run_id = _report_metadata(context, asset_key)
         if metadata is None:
             return _no_materialization(asset_key, context.partition_key)
-        result = _RESULTS[gate](metadata, run_id)
+        result = _RESULTS[gate](metadata, run_id, asset_key.to_user_string())
         if not result.passed and result.severity == ERROR:
             # Dagster fails this step with only "1 blocking asset check failed": say here, in the failed
             # step's own log at ERROR, what failed, where the candidate is, and what to do

@@ -215,7 +215,7 @@ def export_summary_markdown(kind: str, reports: dict, outcomes: dict, status: st
                             failed: dict, rejected_dir=None, root=None) -> str:
     """A short human summary of one export materialization. Folders under ``root`` (the storage root) are
     named from it: short, the same on every machine, and the full paths are their own entries."""
-    lines = [f"**{kind} export: {status}** (validate={validate})", ""]
+    lines = [f"**{kind} export: {status}** (validate: {str(bool(validate)).lower()})", ""]  # as configured
     header = ["format", "rows" if kind == "sft" else "pairs", "tool calls (invalid)", "rows checked (leaked)",
               "file"]
     rows = []
