@@ -487,7 +487,7 @@ def preference_pairs(
             raise _library_failure(exc, "build_preference_pairs") from None
         n_pairs, sha256, ties = report["n_written"], report["sha256"], 0  # built pairs carry no tie
         report = {k: v for k, v in report.items() if k not in written}
-        judge_report = None
+        judge_report = warning = None
         if judge is not None:
             progress = _progress(context, f"judging ({config.judge})")
             try:
@@ -508,7 +508,9 @@ def preference_pairs(
                     raise dg.Failure(description=f"judge_failed: {said}. Fix the judge (its key, its endpoint) "
                                      "or remove it from the config, then materialize again. The previous "
                                      "pairs are unchanged.")
-                context.log.warning(f"{said}; those pairs keep the order their rewards gave them")
+                # also as metadata, which the CLI's summary shows: it prints no step's log
+                warning = f"{said}; those pairs keep the order their rewards gave them"
+                context.log.warning(warning)
         _stage_with_sidecar(incoming, path, meta_path_for(scored))  # export_preference reads its sidecar
     finally:
         if incoming.exists():
@@ -528,6 +530,8 @@ def preference_pairs(
     if judge_report is not None:
         metadata["judge"] = config.judge
         metadata["judge_report"] = dg.MetadataValue.json(judge_report)
+    if warning:
+        metadata["warning"] = warning
     if report.get("note"):
         context.log.warning(report["note"])
     metadata["config"] = dg.MetadataValue.json(as_run_config(config))  # what a re-export runs with
