@@ -313,7 +313,8 @@ def _export_lines(result, storage, key):
         if event.asset_key.to_user_string() == "raw_simulation_data" and quarantined is not None and quarantined.value:
             lines.append(f"  raw_simulation_data: WARNING {md['quarantined_lines'].value} unreadable line(s) left out, "
                          f"recorded in {md['quarantine_path'].value}")
-        if event.asset_key.to_user_string() in ("scored_simulation_data", "preference_pairs") and "warning" in md:
+        if event.asset_key.to_user_string() in ("raw_simulation_data", "scored_simulation_data", "preference_pairs") \
+                and "warning" in md:
             lines.append(f"  {event.asset_key.to_user_string()}: WARNING {md['warning'].value}")
     for asset in ("sft_export", "dpo_export"):
         mats = [e for e in result.get_asset_materialization_events()

@@ -693,9 +693,8 @@ def test_the_warnings_of_a_run_without_a_sidecar_name_its_sidecar_not_a_stage_fi
     assert "make tool calls" not in out.getvalue(), out.getvalue()
 
 
-def _both_exports_warn(rows, name, phrase, home, tmp_path) -> list:
-    """The CLI's output lines that hold ``phrase`` for the chain over ``rows`` written as run ``name`` (with the
-    sample's sidecar), checked to come from both the SFT and the DPO export."""
+def _cli_lines(rows, name, home, tmp_path) -> list:
+    """The CLI's output lines for the chain over ``rows`` written as run ``name``, with the sample's sidecar."""
     from whileai_pipeline.cli import run_chain
 
     src = tmp_path / f"{name}.jsonl"
@@ -703,8 +702,14 @@ def _both_exports_warn(rows, name, phrase, home, tmp_path) -> list:
     shutil.copyfile(SAMPLE_META, tmp_path / f"{name}.meta.json")
     out = io.StringIO()
     assert run_chain(src, home=home, out=out) == 0
-    said = [line for line in out.getvalue().splitlines() if phrase in line]
-    assert sorted({line.split(":")[0].strip() for line in said}) == ["dpo_export", "sft_export"], out.getvalue()
+    return out.getvalue().splitlines()
+
+
+def _both_exports_warn(rows, name, phrase, home, tmp_path) -> list:
+    """The ``_cli_lines`` that hold ``phrase``, checked to come from both the SFT and the DPO export."""
+    lines = _cli_lines(rows, name, home, tmp_path)
+    said = [line for line in lines if phrase in line]
+    assert sorted({line.split(":")[0].strip() for line in said}) == ["dpo_export", "sft_export"], lines
     return said
 
 
@@ -1121,3 +1126,21 @@ def test_an_export_that_writes_nothing_says_why(home, tmp_path, monkeypatch):
         assert (f"  dpo_export [{fmt}]: nothing written (0 pairs; nothing to publish): preference_pairs built no "
                 "pairs: 0 of ") in text, text
         assert " prompts have rollouts whose rewards differ by at least min_margin\n" in text, text
+
+
+def test_rows_whose_privileged_block_is_text_are_said_in_the_cli_output(home, tmp_path, monkeypatch):
+    """A row whose privileged block is JSON text, not an object: the leak gates cannot read it, so a reply
+    quoting it is published with the gate green (other rows were checked). The raw step warned only in its log,
+    which the CLI does not print: the output and the step's metadata say it."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    rows = sample_rows()
+    rows[0]["privileged"] = orjson.dumps(rows[0]["privileged"]).decode()
+    said = _cli_lines(rows, "textual", home, tmp_path)
+    warned = [line for line in said
+              if line.startswith("  raw_simulation_data: WARNING 1 row(s) carry privileged as text")]
+    assert len(warned) == 1, said
+    assert warned[0].endswith("Write privileged as a JSON object (json.loads the text) and register the run "
+                              "again"), said
+
+    said = _cli_lines(sample_rows(), "objects", home, tmp_path)
+    assert not [line for line in said if "privileged as text" in line], said

@@ -313,11 +313,13 @@ def raw_simulation_data(
         metadata["quarantine_path"] = dg.MetadataValue.path(str(quarantine))
         context.log.warning(f"{quarantined} unreadable line(s) of {src} quarantined to {quarantine}")
     if stats.privileged_text_rows:
-        context.log.warning(
+        # also as metadata, which the CLI's summary shows: the gates pass on the other rows, and it prints no log
+        metadata["warning"] = (
             f"{stats.privileged_text_rows} row(s) carry privileged as text, not an object: the leak gates read only "
             "an object, so their replies are not checked for quotes of it. Write privileged as a JSON object "
             "(json.loads the text) and register the run again"
         )
+        context.log.warning(metadata["warning"])
     elif stats.rows and not stats.privileged_rows:
         context.log.warning(
             "no row carries a privileged block: the leak gates will have nothing to read "
