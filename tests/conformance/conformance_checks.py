@@ -72,6 +72,9 @@ BAD_LINKS = re.compile(r"^(\d+) of (\d+) rows have tool results that do not pair
                        r"line (\d+) of the output")  # ours
 BAD_LINKS_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side whose tool results do not pair up with its calls "
                              r"\(first at line (\d+) of the output")  # ours
+MISSHAPEN = re.compile(r"^(\d+) of (\d+) rows hold tool calls that are not call objects \(first: (.+?)\): ")  # ours
+MISSHAPEN_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side whose tool calls are not call objects \(first at "
+                             r"line (\d+) of the output\)")  # ours
 UNDECLARED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a chosen side that calls a tool the tools .* "
                               + FIRST_UNDECLARED)  # ours
 
@@ -102,6 +105,20 @@ def _tool_names(tools):
             return None
         names.add(name)
     return names or None
+
+
+def _misshapen_calls(row) -> bool:
+    """Whether the messages an export reads of ``row`` (its ``messages``, when it has any) hold tool calls that
+    are not call objects: a ``tool_calls`` that is not a list, a call that is not an object, a ``function``
+    that is not one."""
+    messages = row.get("messages") if isinstance(row, dict) else None
+    for m in messages if isinstance(messages, (list, tuple)) else ():
+        calls = m.get("tool_calls") if isinstance(m, dict) and str(m.get("role") or "") == "assistant" else None
+        if calls and (not isinstance(calls, (list, tuple)) or any(
+                not isinstance(c, dict) or c.get("function") is not None and not isinstance(c["function"], dict)
+                for c in calls)):
+            return True
+    return False
 
 
 def _second_is_system(messages):
@@ -331,7 +348,7 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
                                                        "empty_reply": EMPTY_REPLY, "two_systems": TWO_SYSTEMS,
                                                        "weighted": WEIGHTED, "crashed": CRASHED_ROWS,
                                                        "undeclared": UNDECLARED, "bad_links": BAD_LINKS,
-                                                       "think_left": THINK_LEFT})
+                                                       "think_left": THINK_LEFT, "misshapen": MISSHAPEN})
     # DECISIONS 6: warn when a row with tool calls is exported with no tools or no system prompt
     with_calls = _rows_with_calls(pred)
     calls_without_system = _calls_without_system(pred)
@@ -401,6 +418,11 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     if bad_links:
         exp_extra.add("bad_links")
         event("a row's tool results do not pair up with its calls")
+    # ours: source rows whose messages hold tool calls that are not call objects (read as the spec says)
+    misshapen = [i for i, x in enumerate(rows) if _misshapen_calls(x)]
+    if misshapen:
+        exp_extra.add("misshapen")
+        event("a row's tool calls are not call objects")
     if not rows and iter(src) is src:
         exp_extra.add("no_rows")  # ours: an iterator that gave nothing (one read twice, say) is said to be empty
     assert set(extra) == exp_extra, f"DECISIONS 6/16 warnings: expected {sorted(exp_extra)}, got {our_warnings}\n{ctx}"
@@ -433,6 +455,10 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     if "bad_links" in extra:
         expected = (str(len(bad_links)), str(n_out), str(bad_links[0]))
         assert extra["bad_links"].groups() == expected, extra["bad_links"].group(0)
+    if "misshapen" in extra:
+        count, read, where = extra["misshapen"].groups()
+        assert (count, read) == (str(len(misshapen)), str(len(rows))), extra["misshapen"].group(0)
+        assert where == f"row {misshapen[0]}" or where.endswith(f":{misshapen[0] + 1}"), extra["misshapen"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     if fmt == "trl":  # DECISIONS 16
         trl_loss = ours_rep.pop("trl_loss")
@@ -659,7 +685,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
                                                        "empty_chosen": EMPTY_CHOSEN_PAIRS,
                                                        "undeclared": UNDECLARED_PAIRS,
                                                        "two_systems": TWO_SYSTEMS_PAIRS,
-                                                       "bad_links": BAD_LINKS_PAIRS})
+                                                       "bad_links": BAD_LINKS_PAIRS,
+                                                       "misshapen": MISSHAPEN_PAIRS})
     exp_extra = {"user_turns"} if user_turns else set()
     # ours: pairs whose chosen row was cut by the reply token cap (export_dataset warns of such rows, spec 5.6)
     length_cut = sum(1 for p in kept if p["chosen"].get("finish_reason") == "length")
@@ -718,6 +745,12 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     if bad_links:
         exp_extra.add("bad_links")
         event("a pair side's tool results do not pair up with its calls")
+    # ours: pairs with a side whose messages hold tool calls that are not call objects
+    misshapen = [i for i, pair in enumerate(kept, 1) if _misshapen_calls(pair["chosen"]) or
+                 _misshapen_calls(pair["rejected"])]
+    if misshapen:
+        exp_extra.add("misshapen")
+        event("a pair side's tool calls are not call objects")
     if chosen_leaks["n_leaked"]:
         exp_extra.add("d12_chosen")
     if rejected_quoting:
@@ -758,6 +791,9 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     if "bad_links" in extra:
         expected = (str(len(bad_links)), str(len(pred)), str(bad_links[0]))
         assert extra["bad_links"].groups() == expected, extra["bad_links"].group(0)
+    if "misshapen" in extra:
+        expected = (str(len(misshapen)), str(len(pred)), str(misshapen[0]))
+        assert extra["misshapen"].groups() == expected, extra["misshapen"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     unexplained = {k: ours_rep.pop(k) for k in list(ours_rep) if k not in rep}
     H.assert_same(H.nan_safe(rep), H.nan_safe(ours_rep), "preference report", ctx)

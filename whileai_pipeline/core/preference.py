@@ -165,6 +165,7 @@ def _pair_outcomes(item, plans):
             bool(base.system) and (opens_with_two_systems(row["prompt"]) if plan.trl else
                                    opens_with_two_systems(row["chosen"]) or opens_with_two_systems(row["rejected"])),
             _side_link_problem(row, plan.trl) if stats.unlinked else None,
+            stats.misshapen,
         )
         write = dumps_reusing if placed is None else placed.dumps
         outcomes.append((preference_problems(row), facts, write(row, "tools", plan.tools_json)))
@@ -215,6 +216,8 @@ class _PairTally:
         self.two_systems = 0  # pairs written with a side that opens with two system turns
         self.undeclared = 0  # pairs whose chosen side calls a tool the export's tools do not declare, the first's
         self.first_undeclared = None  # (output line, tool name)
+        self.misshapen = 0  # pairs with a side whose tool calls are not call objects (``WireStats``), the first's
+        self.first_misshapen = None  # output line
         self.bad_links = 0  # pairs with a side whose tool results do not pair up with its calls, the first's
         self.first_bad_link = None  # (output line, where and how: ``_side_link_problem``)
 
@@ -247,7 +250,7 @@ class _PairTally:
             return
         (chosen_calls, rejected_calls, leak, rejected_quotes, has_calls, delta, identical, margin, user_turns,
          no_reply, length_cut, other_context, crashed, same_reply, empty_chosen, calls_without_system,
-         undeclared, two_systems, links) = facts
+         undeclared, two_systems, links, misshapen) = facts
         self.roundtrip.record(2 * self.n_out, *chosen_calls)
         self.roundtrip.record(2 * self.n_out + 1, *rejected_calls)
         self.leaks.record(leak)
@@ -270,6 +273,10 @@ class _PairTally:
             self.undeclared += 1
             if self.first_undeclared is None:
                 self.first_undeclared = (self.n_out + 1, undeclared)
+        if misshapen:
+            self.misshapen += 1
+            if self.first_misshapen is None:
+                self.first_misshapen = self.n_out + 1
         if links is not None:
             self.bad_links += 1
             if self.first_bad_link is None:
@@ -538,6 +545,13 @@ def _checked_report(tally, src, format, name="export_preference"):
             f"the {src.tools_source}) do not declare (first {called_tool(name)}, line {line} of the output): DPO "
             "pushes the model towards calling a tool it is not given (a rejected side's such call is a fair negative "
             f"and is not counted). {UNDECLARED_ADVICE}")
+    if t.misshapen:
+        report.setdefault("warnings", []).append(
+            f"{t.misshapen} of {n_out} pairs have a side whose tool calls are not call objects (first at line "
+            f"{t.first_misshapen} of the output): a tool_calls given as text or as one object, a call that is not an "
+            "object, or a function given as its name. Written as the spec reads them, they are calls with no name "
+            "and arguments {} that pass the round-trip gate. Write each tool_calls as a list of {\"id\", \"type\": "
+            "\"function\", \"function\": {\"name\", \"arguments\"}} objects.")
     if t.bad_links:
         line, where = t.first_bad_link
         report.setdefault("warnings", []).append(

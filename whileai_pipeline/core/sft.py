@@ -83,7 +83,8 @@ class _SftPlan:
 def _sft_outcomes(raw, plans, long_run=None):
     """What one source row contributes to an export in each format of ``plans``, converted once.
 
-    One outcome per plan: (leak facts, (cut by the token cap, carries weights, crashed), [(schema problems,
+    One outcome per plan: (leak facts, (cut by the token cap, carries weights, crashed, tool calls that are not
+    call objects), [(schema problems,
     group summary, written or None) per training row]). A pure function of (row, plans), so it can run in any
     process; each format's ``_SftTally`` then adds its outcomes up in source order, which keeps the
     output identical however the work was spread. None for a source line that is not an object.
@@ -106,7 +107,8 @@ def _sft_outcomes(raw, plans, long_run=None):
         group = row_summary(entry) if base.summarize_groups else None
         for plan, written in zip(plans, entries):
             written.append((problems, group, _written(entry, plan, objects, long_run, stats.unlinked)))
-    flags = (raw.get("finish_reason") == "length", _carries_weights(raw.get("messages")), crashed_rollout(raw))
+    flags = (raw.get("finish_reason") == "length", _carries_weights(raw.get("messages")), crashed_rollout(raw),
+             stats.misshapen)
     return [(leak, flags, written) for written in entries]
 
 
@@ -308,6 +310,8 @@ class _SftTally:
         self.first_bad_link = None  # (output line, where and how: ``_link_problem``)
         self.weighted = 0  # source rows whose messages carry a weight (``_carries_weights``)
         self.crashed = 0  # source rows the agent crashed in (``crashed_rollout``)
+        self.misshapen = 0  # source rows with tool calls that are not call objects (``WireStats``), the first's
+        self.first_misshapen = None  # place in the source
         self.big_int_rows = 0  # TRL rows holding an integer beyond int64 (``_big_ints``), the first one's
         self.first_big_int = None  # (output line, where, value)
 
@@ -324,11 +328,15 @@ class _SftTally:
         if outcome is None:
             self.rows_skipped += 1
             return
-        leak, (length_cut, weighted, crashed), entries = outcome
+        leak, (length_cut, weighted, crashed, misshapen), entries = outcome
         self.leaks.record(leak)
         self.n_length_cut += length_cut
         self.weighted += weighted
         self.crashed += crashed
+        if misshapen:
+            self.misshapen += 1
+            if self.first_misshapen is None:
+                self.first_misshapen = f"{self.source_path}:{line}" if line else f"row {self.rows_read - 1}"
         for problems, group, written in entries:
             if problems:
                 self.schema.add(self.n_entries, problems, line and f"{self.source_path}:{line}")
@@ -758,6 +766,14 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             f"{t.crashed} of {t.rows_read} rows are crashed rollouts (final_text '<agent error: ...>'): exported as "
             "SFT targets, they teach the model the error text as its reply. Leave rows whose final_text starts "
             "with '<agent error' out of the export, or rerun them.")
+    if t.misshapen:
+        warnings.append(
+            f"{t.misshapen} of {t.rows_read} rows hold tool calls that are not call objects (first: "
+            f"{t.first_misshapen}): a tool_calls given as text or as one object, a call that is not an object, or a "
+            "function given as its name. Written as the spec reads them (text a call per character, a call that is "
+            "not an object as {}, the call itself for its function), they train calls with no name and arguments "
+            "{} that pass the round-trip gate. Write each tool_calls as a list of {\"id\", \"type\": \"function\", "
+            "\"function\": {\"name\", \"arguments\"}} objects.")
     if t.rows_skipped:  # DECISIONS 15 counts them; the spec skips them without a word
         warnings.append(
             f"{t.rows_skipped} of {t.rows_read} rows are not objects and were skipped (a whole JSON array of rows "

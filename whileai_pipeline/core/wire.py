@@ -336,13 +336,14 @@ def cut_tool_output(content: str, cap):
 class WireStats:
     """Where ``max_tool_output_chars`` cut: ``(message_index, chars_cut)`` per truncated tool message; and
     ``unlinked``: whether a tool result may not pair up with its call (the cheap test ``to_wire`` makes as it
-    links them: only then is ``tool_link_problem`` worth reading the written messages for)."""
+    links them: only then is ``tool_link_problem`` worth reading the written messages for); ``misshapen``:
+    whether a message's tool calls were not call objects (see ``to_wire``)."""
 
-    __slots__ = ("cuts", "unlinked")
+    __slots__ = ("cuts", "unlinked", "misshapen")
 
     def __init__(self):
         self.cuts = []
-        self.unlinked = False
+        self.unlinked = self.misshapen = False
 
     @property
     def truncated(self) -> int:
@@ -398,6 +399,7 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
     own_ids = call_ids  # the ids the conversation's calls bring, read when an id is first generated
     brought = set()  # the ids calls brought so far: one brought twice names two calls
     unlinked = False  # a result with no call waiting for it, a turn while one waits, an id brought twice
+    misshapen = False  # tool_calls not a list, a call not an object, a function not an object
     for message in _iterable(messages, "messages", "a list of message objects"):
         if type(message) is not dict and not isinstance(message, dict):
             continue
@@ -416,11 +418,16 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
             calls = message.get("tool_calls")
             if calls:
                 wire_calls = []
+                if not isinstance(calls, (list, tuple)):  # text is read a character a call, an object by its keys
+                    misshapen = True
                 for call in _iterable(calls, "tool_calls", "a list of call objects"):
                     if not isinstance(call, dict):
                         call = {}
+                        misshapen = True
                     fn = call.get("function")
                     if not isinstance(fn, dict):
+                        if fn is not None:  # a function given as its name: the call is read in its place
+                            misshapen = True
                         fn = call
                     call_id = call.get("id")
                     if call_id:
@@ -471,6 +478,7 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
             if pending:
                 unlinked = True
             out.append({"role": role, "content": content})
-    if unlinked and stats is not None:
-        stats.unlinked = True
+    if stats is not None:
+        stats.unlinked |= unlinked
+        stats.misshapen |= misshapen
     return out
