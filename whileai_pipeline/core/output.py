@@ -63,12 +63,21 @@ def published_one_of(published):
 
 
 def _same_file(a, b) -> bool:
-    if Path(a).resolve() == Path(b).resolve():
+    if _resolved(a) == _resolved(b):
         return True
-    if Path(a).exists():
-        with contextlib.suppress(OSError):
-            return os.path.samefile(a, b)
+    with contextlib.suppress(OSError):  # ``a`` missing, or a name too long to be a file: not the source
+        return os.path.samefile(a, b)
     return False
+
+
+def _resolved(path) -> Path:
+    """``path`` with its links resolved, else only made absolute: a name too long for the filesystem or a
+    link loop (RuntimeError before Python 3.13) names no file, so no source either, and writing there
+    fails as the write's own error (``WriteFailedError``), not a bare OSError or RuntimeError from here."""
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError):
+        return Path(os.path.abspath(path))
 
 
 def check_outputs(outputs, who):
@@ -90,7 +99,7 @@ def check_outputs(outputs, who):
                             "'out.openai.jsonl', 'trl': 'out.trl.jsonl'}")
         if not output:
             raise ExportError(f"{who}: no output path for format {fmt!r}; give every format its own path")
-        where = Path(output).expanduser().resolve()
+        where = _resolved(Path(output).expanduser())
         if where in seen:
             raise ExportError(f"{who}: formats {seen[where]!r} and {fmt!r} would both write {output}; "
                               "give every format its own path")
