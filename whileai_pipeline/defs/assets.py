@@ -627,6 +627,13 @@ def _export_candidates(context, storage, kind, formats, export, source, what, **
             **options,
         )
         progress.close()
+    except WriteFailedError as exc:  # the storage root refused a candidate: its advice is the pipeline's
+        discard(cand_dir)
+        reason = getattr(exc.reason, "strerror", None) or exc.reason
+        raise dg.Failure(
+            description=f"{what}: write_failed: {exc.dest}: {reason}; nothing was published and the published "
+            f"files are unchanged. {_storage_advice(getattr(exc.reason, 'errno', None), storage.base)}, then "
+            "materialize again.", metadata={"error": type(exc).__name__}) from None
     except ValueError as exc:
         discard(cand_dir)
         said = _said_of_the_run(str(exc), storage, context.partition_key, source) if kind == "sft" else None
