@@ -176,6 +176,17 @@ def _require_stage(storage, path, needs: str):
         )
 
 
+def _write_failure(exc: WriteFailedError, what: str, storage, state: str) -> dg.Failure:
+    """The step's failure for a file of the storage root the library could not write (a candidate, the pairs
+    stage): the library's advice ("choose an output directory ..., then export again") is for a caller who
+    names the output, a pipeline user names none. ``state`` says what is left as it was."""
+    reason = getattr(exc.reason, "strerror", None) or exc.reason
+    return dg.Failure(
+        description=f"{what}: write_failed: {exc.dest}: {reason}; {state}. "
+        f"{_storage_advice(getattr(exc.reason, 'errno', None), storage.base)}, then materialize again.",
+        metadata={"error": type(exc).__name__})
+
+
 def _library_failure(exc: Exception, what: str, said=None) -> dg.Failure:
     """The step's failure for the library's error ``exc`` (``said``: its message as the pipeline words it)."""
     return dg.Failure(description=f"{what}: {said or exc}", metadata={"error": type(exc).__name__})
@@ -485,6 +496,8 @@ def preference_pairs(
                 progress=pairing,
             )
             pairing.close()  # its "(finished)" line, as every other stage's
+        except WriteFailedError as exc:
+            raise _write_failure(exc, "build_preference_pairs", storage, "the previous pairs are unchanged") from None
         except ValueError as exc:
             raise _library_failure(exc, "build_preference_pairs") from None
         n_pairs, sha256, ties = report["n_written"], report["sha256"], 0  # built pairs carry no tie
@@ -498,6 +511,8 @@ def preference_pairs(
             except JudgeStalledError as exc:  # its own token, as judge_failed: below
                 raise dg.Failure(description=f"{exc} The previous pairs are unchanged.",
                                  metadata={"judge": config.judge}) from None
+            except WriteFailedError as exc:
+                raise _write_failure(exc, "judge_pairs", storage, "the previous pairs are unchanged") from None
             except ValueError as exc:
                 raise _library_failure(exc, "judge_pairs") from None
             progress.close(judged["n"])
@@ -627,13 +642,10 @@ def _export_candidates(context, storage, kind, formats, export, source, what, **
             **options,
         )
         progress.close()
-    except WriteFailedError as exc:  # the storage root refused a candidate: its advice is the pipeline's
+    except WriteFailedError as exc:
         discard(cand_dir)
-        reason = getattr(exc.reason, "strerror", None) or exc.reason
-        raise dg.Failure(
-            description=f"{what}: write_failed: {exc.dest}: {reason}; nothing was published and the published "
-            f"files are unchanged. {_storage_advice(getattr(exc.reason, 'errno', None), storage.base)}, then "
-            "materialize again.", metadata={"error": type(exc).__name__}) from None
+        raise _write_failure(exc, what, storage, "nothing was published and the published files are unchanged") \
+            from None
     except ValueError as exc:
         discard(cand_dir)
         said = _said_of_the_run(str(exc), storage, context.partition_key, source) if kind == "sft" else None
