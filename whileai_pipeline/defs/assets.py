@@ -778,7 +778,10 @@ def _not_put_in_place(exc, storage, key, kind, cand_dir, refused) -> str:
     ``refused``, into ``rejected/``): Dagster would show the bare OSError, which says neither what was left
     published nor what to do. A refused rename puts back the files already replaced (``journal.rollback``)
     and deletes the publish journal; a journal still there names the files it could not put back."""
-    where = exc.filename2 or exc.filename or cand_dir
+    if isinstance(exc, WriteFailedError):  # a report or gates.json, written through atomic_file: its OSError
+        where, exc = exc.dest, exc.reason
+    else:
+        where = exc.filename2 or exc.filename or cand_dir
     folder = storage.rejected_root(key) if refused else storage.published_dir(key)
     done, undoing = [], False
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
@@ -826,12 +829,12 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
                 destinations = {fmt: storage.published_path(key, kind, fmt) for fmt in formats}
                 outcomes, removed = publish(candidates, reports, destinations, kind,
                                             others={fmt: storage.published_path(key, kind, fmt) for fmt in FORMATS})
-        except OSError:  # a refusal: what was replaced is put back, or left journaled for the next step
+        except (OSError, WriteFailedError):  # a refusal: what was replaced is put back, or left journaled
             raise
         except BaseException:
             journal.finish_all(cand_dir.parent.parent)  # a publish interrupted half-way (Ctrl-C): completed
             raise
-    except OSError as exc:  # published/ or rejected/ refused a file: no permission, a read-only mount, ...
+    except (OSError, WriteFailedError) as exc:  # published/ or rejected/ refused a file: no room, no permission, ...
         raise dg.Failure(description=_not_put_in_place(exc, storage, key, kind, cand_dir, failed if blocked else None),
                          metadata={"error": type(exc).__name__}) from None
     finally:
