@@ -9,6 +9,7 @@ storage root is what to fix, then the step is materialized again.
 """
 
 import errno
+import os
 
 import dagster as dg
 import pytest
@@ -36,7 +37,7 @@ def test_a_candidate_the_disk_refuses_fails_the_step_with_the_pipeline_s_advice(
 
     def refuse_candidates(*args, **kwargs):
         if "/candidates/" in str(kwargs.get("dir")):
-            raise OSError(code, __import__("os").strerror(code))
+            raise OSError(code, os.strerror(code))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(atomic.tempfile, "mkstemp", refuse_candidates)
