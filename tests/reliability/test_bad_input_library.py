@@ -153,6 +153,20 @@ def test_output_that_is_the_sources_sidecar(tmp_path):
     assert not (tmp_path / "o.jsonl").exists()
 
 
+def test_output_at_the_name_of_a_sidecar_the_source_does_not_have_yet(tmp_path):
+    """No sidecar yet: a JSONL written under its name would be read as the run's sidecar by every later export of
+    the run, which would then fail with bad_sidecar until someone finds and deletes it."""
+    run = tmp_path / "run.jsonl"
+    run.write_bytes(GOOD_LINE)
+    sidecar = tmp_path / "run.meta.json"
+    with pytest.raises(wai.OutputIsSourceError, match=f"^output_is_source: {sidecar} is the name of the sidecar of "
+                                                      f"the source file {run} "):
+        wai.export_dataset(run, sidecar)
+    assert not sidecar.exists()
+    report = wai.export_dataset(run, tmp_path / "out.jsonl")  # the run still exports
+    assert report["n_written"] == 1
+
+
 def test_an_error_reading_the_source_is_not_a_failure_to_write_the_output(tmp_path):
     """atomic_file turned every OSError in its block into write_failed for the output."""
     from whileai_pipeline.core.judge import judge_pairs_file

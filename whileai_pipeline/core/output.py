@@ -43,10 +43,17 @@ def refuse_source(dest, source_path, advice="Pass another output path, or none t
             f"the raw run. {advice}"
         )
     meta = sidecar_path(source_path)
-    if os.path.exists(meta) and _same_file(dest, meta):  # False for a name too long to exist
+    if _same_file(dest, meta):
+        if os.path.exists(meta):
+            raise OutputIsSourceError(
+                f"output_is_source: {dest} is the sidecar of the source file {source_path} (its system prompt "
+                "and tools); writing there would destroy them. Pass another output path."
+            )
+        # none yet: every later export of the source would read the rows written there as its sidecar, and fail
         raise OutputIsSourceError(
-            f"output_is_source: {dest} is the sidecar of the source file {source_path} (its system prompt "
-            "and tools); writing there would destroy them. Pass another output path."
+            f"output_is_source: {dest} is the name of the sidecar of the source file {source_path} (where an "
+            "export reads its system prompt and tools): rows written there would be read as one by every "
+            "later export of it. Pass another output path."
         )
 
 
