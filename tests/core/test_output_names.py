@@ -53,3 +53,13 @@ def test_the_source_through_a_link_is_still_refused(tmp_path, call):
     (tmp_path / "same.jsonl").symlink_to(tmp_path / "run.jsonl")
     with pytest.raises(wai.OutputIsSourceError, match="^output_is_source: "):
         _call(call, tmp_path, tmp_path / "same.jsonl")
+
+
+@pytest.mark.parametrize("call", CALLS)
+def test_an_output_that_ends_with_a_slash_names_a_folder_and_is_refused(tmp_path, call):
+    """``newdir/`` names a folder; pathlib drops the slash, and the export wrote a file called ``newdir``."""
+    out = f"{tmp_path / 'newdir'}/"
+    with pytest.raises(wai.WriteFailedError, match=rf"^write_failed: {out}: Is a directory; nothing was published.* "
+                                                   r"Name a file, not a directory, as the output"):
+        _call(call, tmp_path, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.jsonl"]

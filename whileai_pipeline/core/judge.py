@@ -317,7 +317,9 @@ def judge_pairs_file(source, output, judge=None, *, swap=True, concurrency=1, ex
     """
     from .atomic import atomic_file
     from .jsonl import dumps_line, iter_jsonl
+    from .output import refuse_folder_name
 
+    refuse_folder_name(output)
     judging = PairwiseJudging(judge, swap=swap, examples=examples, timeout=timeout)
     _check_concurrency(concurrency)
     digest = hashlib.sha256()

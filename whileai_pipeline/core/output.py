@@ -3,6 +3,7 @@ elapsed time every export report carries. The bytes get there through the ``spoo
 """
 
 import contextlib
+import errno
 import os
 import time
 from pathlib import Path
@@ -16,10 +17,21 @@ def check_output(output, none_means):
     """An output that is a path or None; anything else is a TypeError that says so (pathlib's own says
     "expected str, bytes or os.PathLike object", and the spec takes a falsy one, 0 or False, as none).
     ``none_means`` says what None does for this exporter."""
-    if output is None or isinstance(output, (str, os.PathLike)):
+    if output is None:
+        return
+    if isinstance(output, (str, os.PathLike)):
+        refuse_folder_name(output)
         return
     raise TypeError(f"output must be a path (str or os.PathLike) or None, got {type(output).__name__} "
                     f"{output!r:.60}: pass the file to write, e.g. 'train.jsonl', or None {none_means}")
+
+
+def refuse_folder_name(output):
+    """Refuse an output written as a folder (``newdir/``), as writing onto a folder is refused: pathlib drops
+    the trailing separator, and the export would write a file by the folder's name."""
+    text = os.fspath(output)
+    if isinstance(text, str) and text.endswith(("/", os.sep)) and text.strip("/" + os.sep):
+        raise WriteFailedError(text, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), text))
 
 
 def destination(output, source_path):
@@ -106,6 +118,7 @@ def check_outputs(outputs, who):
                             "'out.openai.jsonl', 'trl': 'out.trl.jsonl'}")
         if not output:
             raise ExportError(f"{who}: no output path for format {fmt!r}; give every format its own path")
+        refuse_folder_name(output)
         where = _resolved(Path(output).expanduser())
         if where in seen:
             raise ExportError(f"{who}: formats {seen[where]!r} and {fmt!r} would both write {output}; "

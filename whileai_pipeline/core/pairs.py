@@ -534,10 +534,12 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
             raise TypeError(f"build_pairs_file needs an output path and a source path (str or os.PathLike), got "
                             f"{name} {type(value).__name__} {value!r:.60}: e.g. build_pairs_file('scored.jsonl', "
                             "'pairs.jsonl'); for rows in memory use build_preference_pairs")
+    from .output import refuse_folder_name, refuse_source
+
+    refuse_folder_name(output)
     source, output = os.path.expanduser(source), os.path.expanduser(output)
     from .atomic import atomic_file
     from .jsonl import iter_jsonl_spans, require_file
-    from .output import refuse_source
     from .parallel import WorkerPool, byte_chunks, map_row_spans, workers_for
     from .runs import change_explains_failure, check_unchanged, file_stamp
 
