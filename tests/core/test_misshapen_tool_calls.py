@@ -48,7 +48,7 @@ def test_an_export_names_rows_whose_tool_calls_are_not_call_objects(tmp_path, sh
     assert len(written) == 3  # written as the spec reads them
     said = _warnings(report, MISSHAPEN)
     assert len(said) == 1, report.get("warnings")
-    assert said[0].startswith(f"1 of 3 rows {MISSHAPEN} (first: {src}:2)"), said
+    assert said[0].startswith(f"1 of 3 rows {MISSHAPEN} (first: row 1 of the source, counting from 0)"), said
 
 
 def test_well_formed_and_loose_calls_are_not_named(tmp_path):

@@ -311,7 +311,7 @@ class _SftTally:
         self.weighted = 0  # source rows whose messages carry a weight (``_carries_weights``)
         self.crashed = 0  # source rows the agent crashed in (``crashed_rollout``)
         self.misshapen = 0  # source rows with tool calls that are not call objects (``WireStats``), the first's
-        self.first_misshapen = None  # place in the source
+        self.first_misshapen = None  # its index among the rows read
         self.big_int_rows = 0  # TRL rows holding an integer beyond int64 (``_big_ints``), the first one's
         self.first_big_int = None  # (output line, where, value)
 
@@ -336,7 +336,7 @@ class _SftTally:
         if misshapen:
             self.misshapen += 1
             if self.first_misshapen is None:
-                self.first_misshapen = f"{self.source_path}:{line}" if line else f"row {self.rows_read - 1}"
+                self.first_misshapen = self.rows_read - 1  # a file's and its rows' reports say the same
         for problems, group, written in entries:
             if problems:
                 self.schema.add(self.n_entries, problems, line and f"{self.source_path}:{line}")
@@ -768,8 +768,8 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             "with '<agent error' out of the export, or rerun them.")
     if t.misshapen:
         warnings.append(
-            f"{t.misshapen} of {t.rows_read} rows hold tool calls that are not call objects (first: "
-            f"{t.first_misshapen}): a tool_calls given as text or as one object, a call that is not an object, or a "
+            f"{t.misshapen} of {t.rows_read} rows hold tool calls that are not call objects (first: row "
+            f"{t.first_misshapen} of the source, counting from 0): a tool_calls given as text or as one object, a call that is not an object, or a "
             "function given as its name. Written as the spec reads them (text a call per character, a call that is "
             "not an object as {}, the call itself for its function), they train calls with no name and arguments "
             "{} that pass the round-trip gate. Write each tool_calls as a list of {\"id\", \"type\": \"function\", "
