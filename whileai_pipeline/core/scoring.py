@@ -98,7 +98,7 @@ def _reference_match(row):
     reference = privileged.get("reference") if isinstance(privileged, dict) else None
     if type(reference) is int or (type(reference) is float and math.isfinite(reference)):
         return _number_match(repr(reference), final_answer(row))  # a number in the run's JSON ({"reference": 42})
-    if isinstance(reference, str) and (number := _number_text(reference)):
+    if isinstance(reference, str) and (number := _number_text(reference)) and _decimal(number) is not None:
         return _number_match(number, final_answer(row))  # a number kept as text ({"reference": "42"})
     if not isinstance(reference, str) or not normalize_answer(reference):
         return None, "reference_match: no privileged reference on this row"
@@ -127,11 +127,20 @@ def _number_text(reference):
 def _number_match(reference, answer):
     """A number reference (its text, ``_number_text`` or a JSON number's repr) against the numbers the answer
     writes, by value: a word match passes 42 in "41.42" or "-42" and fails 2.5 in "$2.50"."""
-    value = decimal.Decimal(reference)
+    value = _decimal(reference)
     for found in _NUMBER.findall(unicodedata.normalize("NFKC", answer)):
-        if decimal.Decimal(found.replace(",", "")) == value:
+        if _decimal(found.replace(",", "")) == value:
             return 1.0, "reference_match: the final answer holds the reference number"
     return 0.0, "reference_match: the final answer does not hold the reference number"
+
+
+def _decimal(number):
+    """``Decimal(number)``, or None for a number whose exponent ``decimal`` cannot hold
+    (``1e99999999999999999999``): a reply may write one, and it must fail that comparison, not the step."""
+    try:
+        return decimal.Decimal(number)
+    except decimal.InvalidOperation:
+        return None
 
 
 def _wrap_callable(fn, name):
