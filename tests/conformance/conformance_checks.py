@@ -56,6 +56,10 @@ NO_REPLY_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side with no assistan
 SKIPPED_PAIRS = re.compile(r"^(\d+) of (\d+) entries are not objects and were skipped")  # ours
 LENGTH_CUT_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a chosen side cut by the reply token cap")  # ours
 TRL_OTHER_CONTEXT = re.compile(r"^(\d+) of (\d+) pairs start the rejected side from other messages")  # ours
+SCENARIO_PAIRS_SAYS = ("pairs join rollouts of different scenarios (scenario_id) that share a prompt text: each "
+                       "side's reward was earned on its own task, so the chosen reply need not be the better "
+                       "answer to the same one. Give each scenario its own prompt text, or pair the rows of one "
+                       "scenario at a time.")  # ours
 CRASHED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side that is a crashed rollout")  # ours
 SAME_REPLY_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have the same reply as chosen and rejected")  # ours
 EMPTY_CHOSEN_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have an empty chosen reply")  # ours
@@ -569,6 +573,11 @@ def check_build_preference_pairs(ref, ours, rows, knobs):
     ref_pairs, ref_rep = ref.build_preference_pairs(H.deep(rows), **knobs)
     our_pairs, our_rep = ours.build_preference_pairs(H.deep(rows), **knobs)
     ctx = f"rows: {H.short(rows, 5000)}\nknobs: {knobs}"
+    ref_rep = dict(ref_rep)
+    crossed = sum(bool(a := p["chosen"].get("scenario_id")) and bool(b := p["rejected"].get("scenario_id"))
+                  and str(a) != str(b) for p in ref_pairs)
+    if crossed:  # ours: pairs whose sides are of different scenarios sharing a prompt text are warned of, last
+        ref_rep["warnings"] = [*ref_rep["warnings"], f"{crossed}/{len(ref_pairs)} {SCENARIO_PAIRS_SAYS}"]
     expected = d8_pair_reason_text_of_scrubbed_reason(H.deep(list(ref_pairs)))
     H.assert_same(H.nan_safe(expected), H.nan_safe(H.deep(list(our_pairs))), "pairs", ctx)
     H.assert_same(H.nan_safe(dict(ref_rep)), H.nan_safe(dict(our_rep)), "build_preference_pairs report", ctx)

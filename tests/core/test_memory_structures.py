@@ -51,8 +51,8 @@ def test_pair_selection_keeps_typed_arrays_and_no_object_per_row(tmp_path, monke
     made_at_line = []  # summaries made when pass 2 wrote each line: the plan is read lazily, a pair at a time
     pair_lines = pairs_mod._pair_lines
 
-    def lines(source, jobs):
-        for line in pair_lines(source, jobs):
+    def lines(source, jobs, *crossed):
+        for line in pair_lines(source, jobs, *crossed):
             made_at_line.append(len(made))
             yield line
 

@@ -34,3 +34,40 @@ def test_reference_match_grades_an_answer_holding_a_number_no_decimal_can_hold(t
     row. Such a number equals no reference a run can hold; the row is graded on the others."""
     rows = [{"prompt": "p", "privileged": {"reference": reference}, "final_text": answer}]
     assert [r["reward"] for r in _score(tmp_path, rows)] == [reward]
+
+
+SCENARIO_NOTE = ("1/1 pairs join rollouts of different scenarios (scenario_id) that share a prompt text: each side's "
+                 "reward was earned on its own task, so the chosen reply need not be the better answer to the same "
+                 "one. Give each scenario its own prompt text, or pair the rows of one scenario at a time.")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_pairs_that_join_two_scenarios_sharing_a_prompt_are_warned_of(tmp_path, monkeypatch, workers):
+    """Pairs group by prompt text (spec 8.2), not by scenario: two scenarios that open with the same words (the
+    order delayed in one, delivered in the other) were paired without a word, the refund that was right in one
+    chosen over the refusal that was right in the other. Kept as the spec pairs them; the report says so, in
+    memory and from a file (one process, or workers writing pass 2)."""
+    from whileai_pipeline.core import pairs as pairs_mod
+    from whileai_pipeline.core import parallel
+
+    import whileai_pipeline.simulations as wai
+
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(pairs_mod, "PAIRS_PER_TASK", 1)
+    rows = [
+        {"scenario_id": "delayed", "prompt": "Where is my order?", "reward": 1, "final_text": "Refunded."},
+        {"scenario_id": "delivered", "prompt": "where is my order?", "reward": 0, "final_text": "It was delivered."},
+        {"scenario_id": "lost", "prompt": "Refund B", "reward": 1, "final_text": "Refunded."},
+        {"scenario_id": "lost", "prompt": "Refund B", "reward": 0, "final_text": "No."},
+        {"prompt": "Cancel C", "reward": 1, "final_text": "Cancelled.", "scenario_id": "c"},
+        {"prompt": "Cancel C", "reward": 0, "final_text": "No."},  # one side names no scenario: not counted
+    ]
+    src = _write(tmp_path / "scored.jsonl", rows)
+    pairs, report = wai.build_preference_pairs(list(wai.read_jsonl(src)))
+    assert [(p["chosen"].get("scenario_id"), p["rejected"].get("scenario_id")) for p in pairs] == [
+        ("delayed", "delivered"), ("lost", "lost"), ("c", None)]
+    assert report["warnings"] == [SCENARIO_NOTE.replace("1/1", "1/3")]
+    file_report = pairs_mod.build_pairs_file(src, tmp_path / "pairs.jsonl", workers=workers)
+    assert file_report["n_written"] == 3 and file_report["warnings"] == report["warnings"]
+    same = [r for r in rows if r.get("scenario_id") == "lost"]
+    assert wai.build_preference_pairs(same)[1]["warnings"] == []
