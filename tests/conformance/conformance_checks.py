@@ -60,6 +60,9 @@ SCENARIO_PAIRS_SAYS = ("pairs join rollouts of different scenarios (scenario_id)
                        "side's reward was earned on its own task, so the chosen reply need not be the better "
                        "answer to the same one. Give each scenario its own prompt text, or pair the rows of one "
                        "scenario at a time.")  # ours
+OUT_OF_RANGE_SAYS = ("rows have a reward outside [0, 1] and were left out of pairing (pairs read rewards as scores "
+                     "from 0 to 1): with a grader on another scale, the rows it rewarded most are the ones left out, "
+                     "and a pair's chosen side may be a poor reply. Rescale the rewards to [0, 1] before pairing.")  # ours
 CRASHED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side that is a crashed rollout")  # ours
 SAME_REPLY_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have the same reply as chosen and rejected")  # ours
 EMPTY_CHOSEN_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have an empty chosen reply")  # ours
@@ -567,6 +570,16 @@ def d8_pair_reason_text_of_scrubbed_reason(pairs):
     return pairs
 
 
+def _reward_out_of_range(row) -> bool:
+    """A row spec 8.2 would pair but for its reward, a number (no bool, no NaN) outside [0, 1]."""
+    if not isinstance(row, dict) or row.get("judge_status", "ok") != "ok":
+        return False
+    reward = row.get("reward")
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or reward != reward:
+        return False
+    return not 0 <= reward <= 1 and bool(" ".join(str(row.get("prompt") or "").split()))
+
+
 def check_build_preference_pairs(ref, ours, rows, knobs):
     """Pairs from both sides' build_preference_pairs over the same rows; lists and reports compared.
     Returns (reference pairs as ours should have built them, our pairs)."""
@@ -578,6 +591,9 @@ def check_build_preference_pairs(ref, ours, rows, knobs):
                   and str(a) != str(b) for p in ref_pairs)
     if crossed:  # ours: pairs whose sides are of different scenarios sharing a prompt text are warned of, last
         ref_rep["warnings"] = [*ref_rep["warnings"], f"{crossed}/{len(ref_pairs)} {SCENARIO_PAIRS_SAYS}"]
+    left_out = sum(_reward_out_of_range(r) for r in rows)
+    if left_out:  # ours: rows left out of pairing only for a reward outside [0, 1] are warned of, after that
+        ref_rep["warnings"] = [*ref_rep["warnings"], f"{left_out} {OUT_OF_RANGE_SAYS}"]
     expected = d8_pair_reason_text_of_scrubbed_reason(H.deep(list(ref_pairs)))
     H.assert_same(H.nan_safe(expected), H.nan_safe(H.deep(list(our_pairs))), "pairs", ctx)
     H.assert_same(H.nan_safe(dict(ref_rep)), H.nan_safe(dict(our_rep)), "build_preference_pairs report", ctx)

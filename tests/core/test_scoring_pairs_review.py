@@ -71,3 +71,40 @@ def test_pairs_that_join_two_scenarios_sharing_a_prompt_are_warned_of(tmp_path, 
     assert file_report["n_written"] == 3 and file_report["warnings"] == report["warnings"]
     same = [r for r in rows if r.get("scenario_id") == "lost"]
     assert wai.build_preference_pairs(same)[1]["warnings"] == []
+
+
+RANGE_NOTE = ("{k} rows have a reward outside [0, 1] and were left out of pairing (pairs read rewards as scores from 0 "
+              "to 1): with a grader on another scale, the rows it rewarded most are the ones left out, and a pair's "
+              "chosen side may be a poor reply. Rescale the rewards to [0, 1] before pairing.")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_rows_left_out_of_pairing_for_a_reward_outside_0_1_are_warned_of(tmp_path, monkeypatch, workers):
+    """A grader on a 0-10 scale: only rows rewarded exactly 0 or 1 are scores (spec 8.2), so the one pair made
+    chose a 1/10 reply over a 0/10 one and the 10/10 and 7/10 replies were dropped without a word."""
+    from whileai_pipeline.core import pairs as pairs_mod
+    from whileai_pipeline.core import parallel
+
+    import whileai_pipeline.simulations as wai
+
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 64)
+    rows = [
+        {"prompt": "Refund A", "reward": 10, "final_text": "Refunded, and here is your receipt."},
+        {"prompt": "Refund A", "reward": 1, "final_text": "Maybe later."},
+        {"prompt": "Refund A", "reward": 0, "final_text": "No."},
+        {"prompt": "Refund A", "reward": 7.5, "final_text": "Refunded."},
+        {"prompt": "Refund A", "reward": 10 ** 400, "final_text": "A reward no float holds."},
+        {"prompt": "Refund A", "reward": -1, "final_text": "Rude."},
+        {"prompt": "Refund A", "reward": 5, "judge_status": "error", "final_text": "x"},  # not ok: not counted
+        {"prompt": "", "reward": 5, "final_text": "x"},  # no prompt: not counted
+        {"prompt": "Refund A", "reward": True, "final_text": "x"},  # a bool is no number here
+        {"prompt": "Refund A", "reward": float("nan"), "final_text": "x"},
+    ]
+    src = _write(tmp_path / "scored.jsonl", rows)
+    pairs, report = wai.build_preference_pairs(list(wai.read_jsonl(src)))
+    assert [(p["chosen_score"], p["rejected_score"]) for p in pairs] == [(1.0, 0.0)]
+    assert report["warnings"] == [RANGE_NOTE.format(k=4)]
+    file_report = pairs_mod.build_pairs_file(src, tmp_path / "pairs.jsonl", workers=workers)
+    assert file_report["warnings"] == report["warnings"]
+    in_range = [r for r in rows if r["reward"] in (0, 1) and r["reward"] is not True]
+    assert wai.build_preference_pairs(in_range)[1]["warnings"] == []

@@ -64,6 +64,12 @@ def scenario_note(crossed, n):
             "same one. Give each scenario its own prompt text, or pair the rows of one scenario at a time.")
 
 
+def range_note(k):
+    return (f"{k} rows have a reward outside [0, 1] and were left out of pairing (pairs read rewards as scores from 0 "
+            "to 1): with a grader on another scale, the rows it rewarded most are the ones left out, and a pair's "
+            "chosen side may be a poor reply. Rescale the rewards to [0, 1] before pairing.")
+
+
 # ---------------------------------------------------------------- row summaries
 
 def score(row):
@@ -203,6 +209,26 @@ def summary_fields(row, _=None):
         text(model) if model else None,
         isinstance(lineage, dict) and lineage.get("source") == "eval",
     )
+
+
+OUT_OF_RANGE = 1  # ``pass1_fields`` of a row left out only for its reward's range
+
+
+def out_of_range(row) -> bool:
+    """A row pairing would take but for its reward: a number (not a bool, not NaN) outside [0, 1] (ours: the
+    spec leaves it out without a word, though a grader on a 0-10 scale loses its best rows so)."""
+    if not isinstance(row, dict) or row.get("judge_status", "ok") != "ok":
+        return False
+    reward = row.get("reward")
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or reward != reward:
+        return False
+    return score(row) is None and bool(normalize(text(row.get("prompt") or "")))
+
+
+def pass1_fields(row, _=None):
+    """``summary_fields``, or ``OUT_OF_RANGE`` for a row left out only for its reward's range (pass 1's task)."""
+    fields = summary_fields(row)
+    return OUT_OF_RANGE if fields is None and out_of_range(row) else fields
 
 
 # ---------------------------------------------------------------- selection
@@ -452,9 +478,10 @@ def pair_fields(c, r, chosen, rejected):
     }
 
 
-def pairs_report(plan, prompts_seen, with_contrast, min_margin, crossed=0):
+def pairs_report(plan, prompts_seen, with_contrast, min_margin, crossed=0, left_out=0):
     """Spec 8.2's report over a plan of (chosen, rejected) summaries, read once (an iterator will do).
-    ``crossed``: pairs whose sides are of different scenarios (``crosses_scenarios``), warned of last."""
+    Ours, warned of after the spec's notes: ``crossed`` pairs whose sides are of different scenarios
+    (``crosses_scenarios``), ``left_out`` rows whose reward is a number outside [0, 1] (``out_of_range``)."""
     margins, deltas = array.array("d"), array.array("q")  # 16 bytes a pair
     identical = same = mixed = eval_sourced = partial = chosen_longer = 0
     for c, r in plan:
@@ -484,6 +511,8 @@ def pairs_report(plan, prompts_seen, with_contrast, min_margin, crossed=0):
                         "on them turns the held-out scorer into the reward model")
     if crossed:
         warnings.append(scenario_note(crossed, n))
+    if left_out:
+        warnings.append(range_note(left_out))
     return {
         "pairs": n,
         "prompts_seen": prompts_seen,
@@ -516,14 +545,17 @@ def build_preference_pairs(rows, *, max_pairs_per_prompt=1, min_margin=1.0, leng
     _check_rows(rows)
     rows = list(rows)
     table = SummaryTable()  # the rows are held anyway: the table is what the file path keeps, not a saving here
+    left_out = 0
     for i, row in enumerate(rows):
         fields = summary_fields(row)
         if fields is not None:  # eligible: an ok judge status, a valid score and a prompt
             table.add(i, fields)
+        else:
+            left_out += out_of_range(row)
     plan = table.plan(max_pairs_per_prompt=max_pairs_per_prompt, min_margin=min_margin, length_match=length_match)
     pairs = [pair_fields(c, r, rows[c.index], rows[r.index]) for c, r in plan.pairs()]
     crossed = sum(crosses_scenarios(p["chosen"], p["rejected"]) for p in pairs)
-    return pairs, pairs_report(plan.pairs(), plan.prompts_seen, plan.with_contrast, min_margin, crossed)
+    return pairs, pairs_report(plan.pairs(), plan.prompts_seen, plan.with_contrast, min_margin, crossed, left_out)
 
 
 def _check_rows(rows):
@@ -565,7 +597,7 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
     refuse_source(output, source, "Pass another output path for the pairs.")
 
     table = SummaryTable(spans=True)  # each eligible row's summary and where it is in the file
-    rows = 0
+    rows = left_out = 0
     n = workers_for(source, workers)
     stamp = file_stamp(source)  # pass 2 reads rows back where pass 1 found them: the file must not change
     with contextlib.ExitStack() as stack:
@@ -577,16 +609,20 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
             for offset, length, row in iter_jsonl_spans(source):
                 rows += 1
                 tick(progress, rows)
-                fields = summary_fields(row)
-                if fields is not None:
+                fields = pass1_fields(row)
+                if fields == OUT_OF_RANGE:
+                    left_out += 1
+                elif fields is not None:
                     table.add_span(offset, length, fields)
         else:
-            jobs = ((chunk, summary_fields, None) for chunk in byte_chunks(source))
+            jobs = ((chunk, pass1_fields, None) for chunk in byte_chunks(source))
             for results in pool.ordered(map_row_spans, source, jobs):
                 for offset, length, fields in results:
                     rows += 1
                     tick(progress, rows)
-                    if fields is not None:
+                    if fields == OUT_OF_RANGE:
+                        left_out += 1
+                    elif fields is not None:
                         table.add_span(offset, length, fields)
 
         plan = table.plan(max_pairs_per_prompt=max_pairs_per_prompt, min_margin=min_margin,
@@ -609,7 +645,7 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
             else:
                 crossed[0] = _write_pairs_over(pool, source, jobs(), output, out, digest, parts)
             check_unchanged(source, stamp)
-    report = pairs_report(plan.pairs(), plan.prompts_seen, plan.with_contrast, min_margin, crossed[0])
+    report = pairs_report(plan.pairs(), plan.prompts_seen, plan.with_contrast, min_margin, crossed[0], left_out)
     report.update(path=str(output), n_written=len(plan), sha256=digest.hexdigest())
     return report
 
