@@ -108,3 +108,34 @@ def test_rows_left_out_of_pairing_for_a_reward_outside_0_1_are_warned_of(tmp_pat
     assert file_report["warnings"] == report["warnings"]
     in_range = [r for r in rows if r["reward"] in (0, 1) and r["reward"] is not True]
     assert wai.build_preference_pairs(in_range)[1]["warnings"] == []
+
+
+def _pairs_file(tmp_path):
+    import whileai_pipeline.simulations as wai
+
+    rows = [{"prompt": f"p{i}", "reward": r, "final_text": t} for i in range(3) for r, t in ((1, "good"), (0, "bad"))]
+    pairs, _ = wai.build_preference_pairs(rows)
+    return _write(tmp_path / "pairs.jsonl", pairs)
+
+
+@pytest.mark.parametrize("knob", [{"examples": None}, {"examples": "3"}, {"prefers_rejected_flag": None},
+                                  {"position_flip_flag": "0.2"}])
+def test_judging_settings_that_are_no_numbers_are_refused_before_the_judge_is_called(tmp_path, knob):
+    """``examples=None`` (or a flag share that is no number) failed with a bare TypeError from a comparison only
+    after the judge had been asked about every pair (a paid model's calls spent, the pairs file not written)."""
+    from whileai_pipeline.core.judge import judge_pairs_file
+
+    import whileai_pipeline.simulations as wai
+
+    src = _pairs_file(tmp_path)
+    calls = []
+
+    def prefers_rejected(a, b):
+        calls.append(1)
+        return {"winner": "A" if a["final_text"] == "bad" else "B"}
+
+    with pytest.raises(TypeError, match=f"^{next(iter(knob))} must be a number"):
+        judge_pairs_file(src, tmp_path / "judged.jsonl", prefers_rejected, **knob)
+    with pytest.raises(TypeError, match=f"^{next(iter(knob))} must be a number"):
+        wai.judge_pairs(list(wai.read_jsonl(src)), prefers_rejected, concurrency=1, **knob)
+    assert calls == [] and not (tmp_path / "judged.jsonl").exists()

@@ -10,6 +10,7 @@ import copy
 import hashlib
 import json
 import math
+import numbers
 import re
 import threading
 
@@ -120,6 +121,15 @@ def check_timeout(timeout):
     return float(timeout)
 
 
+def check_settings(**settings):
+    """Each setting a real number (bools aside), checked before the judge is asked anything: the report
+    compares them with counts only once every pair was judged, and a bare TypeError then wastes every call."""
+    for name, value in settings.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r:.40}; judging has not "
+                            "started")
+
+
 def _judge_name(judge):
     return getattr(judge, "__name__", None) or type(judge).__name__
 
@@ -138,6 +148,7 @@ def judge_pairs(pairs, judge=None, *, spec=None, swap=True, concurrency=8, api_k
     in a row or with ``ABANDONED_CALLS`` left running. None waits as long as the judge takes.
     """
     judging = PairwiseJudging(judge, swap=swap, examples=examples, timeout=timeout)
+    check_settings(position_flip_flag=position_flip_flag, prefers_rejected_flag=prefers_rejected_flag)
     refuse_pairs_with_report(pairs, "judge_pairs")
     check_rows(pairs, "judge_pairs takes pairs", "pass a list of pair dicts, e.g. read_jsonl(path) for a pairs "
                "file", error=TypeError)
@@ -195,6 +206,7 @@ class PairwiseJudging:
         if judge is None or not callable(judge):
             raise ValueError("judge_pairs needs a judge: a callable judge(a_row, b_row) returning "
                              "{'winner': 'A'|'B'|'tie', 'reason': ...}; this library makes no network calls")
+        check_settings(examples=examples)
         self.judge, self.swap, self.examples = judge, swap, examples
         self.timeout = check_timeout(timeout)
         self._stalled = 0  # calls in a row that did not answer in time (any thread's)
@@ -321,6 +333,7 @@ def judge_pairs_file(source, output, judge=None, *, swap=True, concurrency=1, ex
 
     refuse_folder_name(output)
     judging = PairwiseJudging(judge, swap=swap, examples=examples, timeout=timeout)
+    check_settings(position_flip_flag=position_flip_flag, prefers_rejected_flag=prefers_rejected_flag)
     _check_concurrency(concurrency)
     digest = hashlib.sha256()
 
