@@ -83,6 +83,8 @@ MISSHAPEN = re.compile(r"^(\d+) of (\d+) rows hold tool calls that are not call 
                        r"the source, counting from 0\): ")  # ours
 MISSHAPEN_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side whose tool calls are not call objects \(first at "
                              r"line (\d+) of the output\)")  # ours
+JUDGED_REJECTED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs were decided for the rejected side by the pairwise "
+                                   r"judge")  # ours
 UNDECLARED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a chosen side that calls a tool the tools .* "
                               + FIRST_UNDECLARED)  # ours
 
@@ -711,7 +713,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
                                                        "undeclared": UNDECLARED_PAIRS,
                                                        "two_systems": TWO_SYSTEMS_PAIRS,
                                                        "bad_links": BAD_LINKS_PAIRS,
-                                                       "misshapen": MISSHAPEN_PAIRS})
+                                                       "misshapen": MISSHAPEN_PAIRS,
+                                                       "judged_rejected": JUDGED_REJECTED_PAIRS})
     exp_extra = {"user_turns"} if user_turns else set()
     # ours: pairs whose chosen row was cut by the reply token cap (export_dataset warns of such rows, spec 5.6)
     length_cut = sum(1 for p in kept if p["chosen"].get("finish_reason") == "length")
@@ -776,6 +779,12 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     if misshapen:
         exp_extra.add("misshapen")
         event("a pair side's tool calls are not call objects")
+    # ours: pairs the pairwise judge decided for the rejected side, exported as the rewards ordered them (spec 7.6)
+    judged_rejected = sum(1 for p in kept if isinstance(p.get("pairwise"), dict)
+                          and p["pairwise"].get("winner") == "rejected")
+    if judged_rejected:
+        exp_extra.add("judged_rejected")
+        event("a pair the judge decided for the rejected side")
     if chosen_leaks["n_leaked"]:
         exp_extra.add("d12_chosen")
     if rejected_quoting:
@@ -816,6 +825,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     if "bad_links" in extra:
         expected = (str(len(bad_links)), str(len(pred)), str(bad_links[0]))
         assert extra["bad_links"].groups() == expected, extra["bad_links"].group(0)
+    if "judged_rejected" in extra:
+        assert extra["judged_rejected"].groups() == (str(judged_rejected), str(len(pred)))
     if "misshapen" in extra:
         expected = (str(len(misshapen)), str(len(pred)), str(misshapen[0]))
         assert extra["misshapen"].groups() == expected, extra["misshapen"].group(0)

@@ -139,3 +139,33 @@ def test_judging_settings_that_are_no_numbers_are_refused_before_the_judge_is_ca
     with pytest.raises(TypeError, match=f"^{next(iter(knob))} must be a number"):
         wai.judge_pairs(list(wai.read_jsonl(src)), prefers_rejected, concurrency=1, **knob)
     assert calls == [] and not (tmp_path / "judged.jsonl").exists()
+
+
+@pytest.mark.parametrize("fmt", ["openai", "trl"])
+def test_pairs_the_pairwise_judge_decided_for_the_rejected_side_are_warned_of_in_the_export(tmp_path, fmt):
+    """Spec 7.6: a pair the judge decided for the rejected side is exported unchanged, and the DPO report said
+    nothing: DPO pushed up the reply the judge found worse. Still exported as the rewards ordered it; the
+    report now counts such pairs (ties are dropped and not counted; a failed judgment is not a verdict)."""
+    from whileai_pipeline.core.judge import judge_pairs_file
+
+    import whileai_pipeline.simulations as wai
+
+    src = _pairs_file(tmp_path)  # three pairs: good (1) over bad (0)
+
+    def judge(a, b):  # prefers "bad" on p0, calls p1 a tie in both orders, fails on p2
+        if a["prompt"] == "p2":
+            raise RuntimeError("judge model down")
+        if a["prompt"] == "p1":
+            return {"winner": "tie"}
+        return {"winner": "A" if a["final_text"] == "bad" else "B"}
+
+    judged = judge_pairs_file(src, tmp_path / "judged.jsonl", judge)
+    assert (judged["prefers_rejected"], judged["ties"], judged["failed"]) == (1, 1, 1)
+    report = wai.export_preference(tmp_path / "judged.jsonl", tmp_path / "dpo.jsonl", system_prompt="SYS",
+                                   format=fmt)
+    written = [orjson.loads(line) for line in (tmp_path / "dpo.jsonl").read_bytes().splitlines()]
+    assert report["pairs"] == len(written) == 2 and report["ties_dropped"] == 1
+    assert [w for w in report["warnings"] if "pairwise judge" in w] == [
+        "1 of 2 pairs were decided for the rejected side by the pairwise judge (pairwise.winner 'rejected') and are "
+        "exported as their rewards ordered them: DPO pushes up the reply the judge found worse. Leave them out, or "
+        "look at why the grader and the judge disagree (pairwise.reasons)."]

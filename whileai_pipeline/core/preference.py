@@ -125,6 +125,8 @@ def _pair_outcomes(item, plans):
     replied = chosen_at >= 0 and rejected_at >= 0
     same_reply = replied and _same_reply(entry["chosen"], chosen_at, entry["rejected"], rejected_at)
     empty_chosen = chosen_at >= 0 and _says_nothing(entry["chosen"], chosen_at)  # DPO prefers silence
+    pairwise = item.get("pairwise")  # a judge's verdict against the rewards' order: the pair is kept (spec 7.6)
+    judged_rejected = isinstance(pairwise, dict) and pairwise.get("winner") == "rejected"
     outcomes = []
     for plan in plans:
         row, placed = entry, None
@@ -166,6 +168,7 @@ def _pair_outcomes(item, plans):
                                    opens_with_two_systems(row["chosen"]) or opens_with_two_systems(row["rejected"])),
             _side_link_problem(row, plan.trl) if stats.unlinked else None,
             stats.misshapen,
+            judged_rejected,
         )
         write = dumps_reusing if placed is None else placed.dumps
         outcomes.append((preference_problems(row), facts, write(row, "tools", plan.tools_json)))
@@ -220,6 +223,7 @@ class _PairTally:
         self.first_misshapen = None  # output line
         self.bad_links = 0  # pairs with a side whose tool results do not pair up with its calls, the first's
         self.first_bad_link = None  # (output line, where and how: ``_side_link_problem``)
+        self.judged_rejected = 0  # pairs written that the pairwise judge decided for the rejected side
 
     def consume(self, outcome, position):
         tick(self.progress, self.n_entries + self.skipped + 1)
@@ -250,7 +254,8 @@ class _PairTally:
             return
         (chosen_calls, rejected_calls, leak, rejected_quotes, has_calls, delta, identical, margin, user_turns,
          no_reply, length_cut, other_context, crashed, same_reply, empty_chosen, calls_without_system,
-         undeclared, two_systems, links, misshapen) = facts
+         undeclared, two_systems, links, misshapen, judged_rejected) = facts
+        self.judged_rejected += judged_rejected
         self.roundtrip.record(2 * self.n_out, *chosen_calls)
         self.roundtrip.record(2 * self.n_out + 1, *rejected_calls)
         self.leaks.record(leak)
@@ -560,6 +565,12 @@ def _checked_report(tally, src, format, name="export_preference"):
             "oldest call still waiting, even one an earlier turn left unanswered), it shows the model a result for "
             "another call, or for none. Give each call an id and each tool result the tool_call_id of the call it "
             "answers, one result per call.")
+    if t.judged_rejected:
+        report.setdefault("warnings", []).append(
+            f"{t.judged_rejected} of {n_out} pairs were decided for the rejected side by the pairwise judge "
+            "(pairwise.winner 'rejected') and are exported as their rewards ordered them: DPO pushes up the reply "
+            "the judge found worse. Leave them out, or look at why the grader and the judge disagree "
+            "(pairwise.reasons).")
     if t.n_margins:
         report["mean_margin"] = round(t.margin_sum / t.n_margins, 4)
     if leaks.n_leaked:
