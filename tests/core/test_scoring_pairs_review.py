@@ -169,3 +169,22 @@ def test_pairs_the_pairwise_judge_decided_for_the_rejected_side_are_warned_of_in
         "1 of 2 pairs were decided for the rejected side by the pairwise judge (pairwise.winner 'rejected') and are "
         "exported as their rewards ordered them: DPO pushes up the reply the judge found worse. Leave them out, or "
         "look at why the grader and the judge disagree (pairwise.reasons)."]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_pairs_file_given_as_the_rows_to_pair_is_refused(tmp_path, monkeypatch, workers):
+    """Pairs (or a judged pairs file) given where scored rows go carry no reward of their own, so nothing was
+    paired and the note said to raise rollouts_per_request, and build_pairs_file wrote an empty pairs file."""
+    from whileai_pipeline.core import parallel
+    from whileai_pipeline.core.pairs import build_pairs_file
+
+    import whileai_pipeline.simulations as wai
+
+    monkeypatch.setattr(parallel, "CHUNK_BYTES", 64)
+    src = _pairs_file(tmp_path)
+    message = r"^build_preference_pairs takes scored rows, and 3 of the 3 rows given are preference pairs"
+    with pytest.raises(ValueError, match=message):
+        wai.build_preference_pairs(list(wai.read_jsonl(src)))
+    with pytest.raises(ValueError, match=message):
+        build_pairs_file(src, tmp_path / "again.jsonl", workers=workers)
+    assert not (tmp_path / "again.jsonl").exists()

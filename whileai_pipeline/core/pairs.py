@@ -212,6 +212,7 @@ def summary_fields(row, _=None):
 
 
 OUT_OF_RANGE = 1  # ``pass1_fields`` of a row left out only for its reward's range
+PAIR_ROW = 2  # ``pass1_fields`` of a preference pair given as a row
 
 
 def out_of_range(row) -> bool:
@@ -228,7 +229,26 @@ def out_of_range(row) -> bool:
 def pass1_fields(row, _=None):
     """``summary_fields``, or ``OUT_OF_RANGE`` for a row left out only for its reward's range (pass 1's task)."""
     fields = summary_fields(row)
-    return OUT_OF_RANGE if fields is None and out_of_range(row) else fields
+    if fields is None:
+        if out_of_range(row):
+            return OUT_OF_RANGE
+        if _is_pair(row):
+            return PAIR_ROW
+    return fields
+
+
+def _is_pair(row) -> bool:
+    return isinstance(row, dict) and isinstance(row.get("chosen"), dict) and isinstance(row.get("rejected"), dict)
+
+
+def refuse_pairs_as_rows(pair_rows, rows, eligible):
+    """Preference pairs given where scored rows go (a pairs file as the source) carry no reward of their own:
+    the spec pairs nothing and its note blames the rollouts. Refused when no row could be paired (ours)."""
+    if pair_rows and not eligible:
+        raise ValueError(
+            f"build_preference_pairs takes scored rows, and {pair_rows} of the {rows} rows given are preference "
+            "pairs (chosen/rejected), which carry no reward of their own: nothing can be paired from them. Pass the "
+            "scored rollouts the pairs were built from; pairs built already go to judge_pairs or export_preference.")
 
 
 # ---------------------------------------------------------------- selection
@@ -545,13 +565,16 @@ def build_preference_pairs(rows, *, max_pairs_per_prompt=1, min_margin=1.0, leng
     _check_rows(rows)
     rows = list(rows)
     table = SummaryTable()  # the rows are held anyway: the table is what the file path keeps, not a saving here
-    left_out = 0
+    left_out = pair_rows = 0
     for i, row in enumerate(rows):
-        fields = summary_fields(row)
-        if fields is not None:  # eligible: an ok judge status, a valid score and a prompt
+        fields = pass1_fields(row)
+        if fields == OUT_OF_RANGE:
+            left_out += 1
+        elif fields == PAIR_ROW:
+            pair_rows += 1
+        elif fields is not None:  # eligible: an ok judge status, a valid score and a prompt
             table.add(i, fields)
-        else:
-            left_out += out_of_range(row)
+    refuse_pairs_as_rows(pair_rows, len(rows), len(table))
     plan = table.plan(max_pairs_per_prompt=max_pairs_per_prompt, min_margin=min_margin, length_match=length_match)
     pairs = [pair_fields(c, r, rows[c.index], rows[r.index]) for c, r in plan.pairs()]
     crossed = sum(crosses_scenarios(p["chosen"], p["rejected"]) for p in pairs)
@@ -597,7 +620,7 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
     refuse_source(output, source, "Pass another output path for the pairs.")
 
     table = SummaryTable(spans=True)  # each eligible row's summary and where it is in the file
-    rows = left_out = 0
+    rows = left_out = pair_rows = 0
     n = workers_for(source, workers)
     stamp = file_stamp(source)  # pass 2 reads rows back where pass 1 found them: the file must not change
     with contextlib.ExitStack() as stack:
@@ -612,6 +635,8 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
                 fields = pass1_fields(row)
                 if fields == OUT_OF_RANGE:
                     left_out += 1
+                elif fields == PAIR_ROW:
+                    pair_rows += 1
                 elif fields is not None:
                     table.add_span(offset, length, fields)
         else:
@@ -622,8 +647,11 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
                     tick(progress, rows)
                     if fields == OUT_OF_RANGE:
                         left_out += 1
+                    elif fields == PAIR_ROW:
+                        pair_rows += 1
                     elif fields is not None:
                         table.add_span(offset, length, fields)
+        refuse_pairs_as_rows(pair_rows, rows, len(table))
 
         plan = table.plan(max_pairs_per_prompt=max_pairs_per_prompt, min_margin=min_margin,
                           length_match=length_match)
