@@ -60,9 +60,10 @@ SCENARIO_PAIRS_SAYS = ("pairs join rollouts of different scenarios (scenario_id)
                        "side's reward was earned on its own task, so the chosen reply need not be the better "
                        "answer to the same one. Give each scenario its own prompt text, or pair the rows of one "
                        "scenario at a time.")  # ours
+# ours
 OUT_OF_RANGE_SAYS = ("rows have a reward outside [0, 1] and were left out of pairing (pairs read rewards as scores "
                      "from 0 to 1): with a grader on another scale, the rows it rewarded most are the ones left out, "
-                     "and a pair's chosen side may be a poor reply. Rescale the rewards to [0, 1] before pairing.")  # ours
+                     "and a pair's chosen side may be a poor reply. Rescale the rewards to [0, 1] before pairing.")
 CRASHED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side that is a crashed rollout")  # ours
 SAME_REPLY_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have the same reply as chosen and rejected")  # ours
 EMPTY_CHOSEN_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have an empty chosen reply")  # ours

@@ -770,10 +770,10 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
         warnings.append(
             f"{t.misshapen} of {t.rows_read} rows hold tool calls that are not call objects (first: row "
             f"{t.first_misshapen} of the source, counting from 0): a tool_calls given as text or as one object, a "
-            "call that is not an object, or a function given as its name. Written as the spec reads them (text a call per character, a call that is "
-            "not an object as {}, the call itself for its function), they train calls with no name and arguments "
-            "{} that pass the round-trip gate. Write each tool_calls as a list of {\"id\", \"type\": \"function\", "
-            "\"function\": {\"name\", \"arguments\"}} objects.")
+            "call that is not an object, or a function given as its name. Written as the spec reads them (text a "
+            "call per character, a call that is not an object as {}, the call itself for its function), they train "
+            "calls with no name and arguments {} that pass the round-trip gate. Write each tool_calls as a list of "
+            "{\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}} objects.")
     if t.rows_skipped:  # DECISIONS 15 counts them; the spec skips them without a word
         warnings.append(
             f"{t.rows_skipped} of {t.rows_read} rows are not objects and were skipped (a whole JSON array of rows "
