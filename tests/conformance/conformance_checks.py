@@ -56,6 +56,8 @@ NO_REPLY_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side with no assistan
 SKIPPED_PAIRS = re.compile(r"^(\d+) of (\d+) entries are not objects and were skipped")  # ours
 LENGTH_CUT_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a chosen side cut by the reply token cap")  # ours
 TRL_OTHER_CONTEXT = re.compile(r"^(\d+) of (\d+) pairs start the rejected side from other messages")  # ours
+TRL_TOOL_RESULTS = re.compile(r"^(\d+) of (\d+) pairs have a tool result inside chosen or rejected \(first at line "
+                              r"(\d+) of the output\)")  # ours
 SCENARIO_PAIRS_SAYS = ("pairs join rollouts of different scenarios (scenario_id) that share a prompt text: each "
                        "side's reward was earned on its own task, so the chosen reply need not be the better "
                        "answer to the same one. Give each scenario its own prompt text, or pair the rows of one "
@@ -715,7 +717,8 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
                                                        "two_systems": TWO_SYSTEMS_PAIRS,
                                                        "bad_links": BAD_LINKS_PAIRS,
                                                        "misshapen": MISSHAPEN_PAIRS,
-                                                       "judged_rejected": JUDGED_REJECTED_PAIRS})
+                                                       "judged_rejected": JUDGED_REJECTED_PAIRS,
+                                                       "tool_results": TRL_TOOL_RESULTS})
     exp_extra = {"user_turns"} if user_turns else set()
     # ours: pairs whose chosen row was cut by the reply token cap (export_dataset warns of such rows, spec 5.6)
     length_cut = sum(1 for p in kept if p["chosen"].get("finish_reason") == "length")
@@ -786,6 +789,11 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     if judged_rejected:
         exp_extra.add("judged_rejected")
         event("a pair the judge decided for the rejected side")
+    # ours: TRL pairs with a tool turn inside a side (DPOTrainer scores the tool's output as the model's)
+    tool_results = [i for i, row in enumerate(pred, 1) if fmt == "trl" and any(
+        isinstance(m, dict) and m.get("role") == "tool" for side in ("chosen", "rejected") for m in row[side])]
+    if tool_results:
+        exp_extra.add("tool_results")
     if chosen_leaks["n_leaked"]:
         exp_extra.add("d12_chosen")
     if rejected_quoting:
@@ -828,6 +836,9 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
         assert extra["bad_links"].groups() == expected, extra["bad_links"].group(0)
     if "judged_rejected" in extra:
         assert extra["judged_rejected"].groups() == (str(judged_rejected), str(len(pred)))
+    if "tool_results" in extra:
+        expected = (str(len(tool_results)), str(len(pred)), str(tool_results[0]))
+        assert extra["tool_results"].groups() == expected, extra["tool_results"].group(0)
     if "misshapen" in extra:
         expected = (str(len(misshapen)), str(len(pred)), str(misshapen[0]))
         assert extra["misshapen"].groups() == expected, extra["misshapen"].group(0)

@@ -28,8 +28,12 @@ def test_every_export_passes_the_validator_for_its_format(exports, name):
         rows = [orjson.loads(line) for line in open(export["path"], "rb")]
         later_user_turns = sum(1 for row in rows for side in ("chosen", "rejected") if name == "dpo_trl"
                                and any(m["role"] in ("user", "system") for m in row[side][1:]))
-        assert report["warnings"] == later_user_turns
-        assert report["counts"] == ({"side_not_model_output": later_user_turns} if later_user_turns else {})
+        # ... and so is a side that holds a tool result (the tool's output scored as the model's words)
+        tool_results = sum(1 for row in rows for side in ("chosen", "rejected") if name == "dpo_trl"
+                           and any(m["role"] == "tool" for m in row[side]))
+        assert report["warnings"] == later_user_turns + tool_results
+        expected = {"side_not_model_output": later_user_turns, "side_tool_output": tool_results}
+        assert report["counts"] == {code: n for code, n in expected.items() if n}
 
 
 @pytest.mark.parametrize("name", ["sft_openai", "dpo_openai", "sft_trl_messages", "dpo_trl"])

@@ -495,9 +495,9 @@ def test_a_user_turn_inside_a_dpo_side_is_a_warning_that_names_it():
     row = trl_pref_good()
     row["chosen"] += [{"role": "user", "content": "Also refund the fee."}, {"role": "assistant", "content": "Done."}]
     _, problems = validate_row(row, "trl")
-    assert [(p["severity"], p["code"], p["where"]) for p in problems] == [
-        ("warning", "side_not_model_output", "chosen[3].role")]
-    assert "DPOTrainer scores the whole side as the model's words" in problems[0]["message"]
+    assert [(p["severity"], p["code"], p["where"]) for p in problems] == [  # the chosen side calls a tool too
+        ("warning", "side_tool_output", "chosen[1].role"), ("warning", "side_not_model_output", "chosen[3].role")]
+    assert "DPOTrainer scores the whole side as the model's words" in problems[1]["message"]
 
 
 def test_blank_lines_and_a_bom_are_warnings_for_trl_and_errors_for_openai(tmp_path):

@@ -104,3 +104,43 @@ def test_a_prompt_ending_on_an_assistant_turn_with_null_content_is_what_the_vali
     path.write_text(json.dumps(row) + "\n", encoding="utf-8")
     report = validate_file(path, "trl", workers=1)
     assert report["ok"] and report["counts"] == {"prompt_last_content": 1}
+
+
+def test_a_tool_result_inside_a_dpo_side_is_scored_as_the_models_and_both_the_export_and_the_validator_say_so(tmp_path):
+    """A TRL pair's sides start at the first assistant turn, so a tool call's result stays inside them and
+    TRL renders it into the side DPOTrainer scores (every token of it): the tool's output is pushed up
+    (chosen) or down (rejected) as if the model wrote it. The shape is spec 4.1's; the report and the
+    validator must say so, with no later user turn in the conversation to trigger the user-turn warning."""
+    import whileai_pipeline.simulations as wai
+    from whileai_pipeline.core.openai_format import validate_file
+
+    from .conftest import TOOLS
+
+    result = {"id": 7, "status": "shipped", "eta": "Friday"}
+    looked = {"prompt": "Where is order 7?", "reward": 1, "final_text": "It ships Friday.", "steps": [
+        {"tool": "lookup_order", "arguments": {"id": 7}, "result": result, "text": "Let me look."},
+        {"text": "It ships Friday."}]}
+    guessed = {"prompt": "Where is order 7?", "reward": 0, "final_text": "It arrived.",
+               "steps": [{"text": "It arrived."}]}
+    plain = {"prompt": "Hi?", "reward": 1, "final_text": "Hello.", "steps": [{"text": "Hello."}]}
+    pairs = [{"prompt": "Hi?", "chosen": plain, "rejected": {**plain, "final_text": "Go away.", "reward": 0,
+                                                              "steps": [{"text": "Go away."}]}, "margin": 1.0},
+             {"prompt": "Where is order 7?", "chosen": looked, "rejected": guessed, "margin": 1.0}]
+    out = tmp_path / "dpo.jsonl"
+    report = wai.export_preference(pairs, out, format="trl", system_prompt="You are the support agent.",
+                                   tools=TOOLS)
+    [_, row] = read_rows(out)
+    assert [m["role"] for m in row["chosen"]] == ["assistant", "tool", "assistant"]
+
+    base = hf.train_tokenizer([out.read_text(encoding="utf-8"), hf.template_text("qwen2_5")], vocab_size=400)
+    rendered = maybe_apply_chat_template(row, hf.wrap_tokenizer(base, "qwen2_5"), tools=row["tools"])
+    tool_text = row["chosen"][1]["content"]
+    assert tool_text in rendered["chosen"] and tool_text not in rendered["prompt"]  # scored as the model's
+
+    assert "user_turns_in_sides" not in report
+    warned = [w for w in report.get("warnings", []) if "tool result" in w]
+    assert warned and warned[0].startswith("1 of 2 pairs have a tool result inside chosen or rejected (first at "
+                                           "line 2 of the output)"), report.get("warnings")
+    checked = validate_file(out, "trl", workers=1)
+    assert checked["ok"] and checked["counts"] == {"side_tool_output": 1}, checked["problems"]
+    assert [p["line"] for p in checked["problems"]] == [2]

@@ -564,7 +564,8 @@ class _Row:
         In a ``completion`` that is an error. In a DPO side it is a warning: a pair of multi-turn
         conversations has no other TRL shape (the sides part at the first assistant turn, and each
         later user turn answers a different reply), and this project's TRL preference export writes it
-        so (spec 4.1); the message says what it costs. A completion that ends on a tool turn (a run that
+        so (spec 4.1); the message says what it costs. A tool turn in a DPO side is scored the same way
+        (the tool's output as the model's words): a warning too. A completion that ends on a tool turn (a run that
         stopped after a call) has the tool's result trained as the model's words: a warning.
         """
         if not isinstance(value, list):
@@ -575,6 +576,12 @@ class _Row:
                       "the completion ends on a tool turn: TRL trains the whole completion as model output, "
                       "the tool's result included; end it on the assistant turn (a run that stopped after a "
                       "call has no reply to train on)")
+        if side != "completion":
+            tool = next((i for i, m in enumerate(value) if isinstance(m, dict) and m.get("role") == "tool"), None)
+            if tool is not None:
+                self.warn("side_tool_output", f"{side}[{tool}].role",
+                          f"a tool turn inside {side}: DPOTrainer scores the whole side as the model's words, "
+                          "the tool's output included; pair one-turn replies if that matters")
         for i, m in enumerate(value[start:], start):
             if isinstance(m, dict) and m.get("role") in ("user", "system"):
                 if side == "completion":

@@ -169,6 +169,7 @@ def _pair_outcomes(item, plans):
             _side_link_problem(row, plan.trl) if stats.unlinked else None,
             stats.misshapen,
             judged_rejected,
+            plan.trl and (_holds_tool_result(row["chosen"]) or _holds_tool_result(row["rejected"])),
         )
         write = dumps_reusing if placed is None else placed.dumps
         outcomes.append((preference_problems(row), facts, write(row, "tools", plan.tools_json)))
@@ -224,6 +225,8 @@ class _PairTally:
         self.bad_links = 0  # pairs with a side whose tool results do not pair up with its calls, the first's
         self.first_bad_link = None  # (output line, where and how: ``_side_link_problem``)
         self.judged_rejected = 0  # pairs written that the pairwise judge decided for the rejected side
+        self.tool_results = 0  # TRL pairs with a tool turn inside a side, the first's output line
+        self.first_tool_result = None
 
     def consume(self, outcome, position):
         tick(self.progress, self.n_entries + self.skipped + 1)
@@ -254,8 +257,12 @@ class _PairTally:
             return
         (chosen_calls, rejected_calls, leak, rejected_quotes, has_calls, delta, identical, margin, user_turns,
          no_reply, length_cut, other_context, crashed, same_reply, empty_chosen, calls_without_system,
-         undeclared, two_systems, links, misshapen, judged_rejected) = facts
+         undeclared, two_systems, links, misshapen, judged_rejected, tool_results) = facts
         self.judged_rejected += judged_rejected
+        if tool_results:
+            self.tool_results += 1
+            if self.first_tool_result is None:
+                self.first_tool_result = self.n_out + 1
         self.roundtrip.record(2 * self.n_out, *chosen_calls)
         self.roundtrip.record(2 * self.n_out + 1, *rejected_calls)
         self.leaks.record(leak)
@@ -339,6 +346,11 @@ def _same_message(a, b) -> bool:
         return False
     calls_a, calls_b = a.get("tool_calls") or (), b.get("tool_calls") or ()
     return len(calls_a) == len(calls_b) and all(x["function"] == y["function"] for x, y in zip(calls_a, calls_b))
+
+
+def _holds_tool_result(side) -> bool:
+    """A TRL side holding a tool turn: DPOTrainer scores every token of a side, the tool's output too."""
+    return any(isinstance(m, dict) and m.get("role") == "tool" for m in side)
 
 
 def _speaks_for_user(side) -> bool:
@@ -505,6 +517,12 @@ def _checked_report(tally, src, format, name="export_preference"):
             f"{t.user_turns} of {n_out} pairs have a user or system turn inside chosen or rejected (conversations "
             "with a later user message): DPOTrainer scores each side whole, so it counts those words as the "
             "model's. Pair single-turn conversations where that matters.")
+    if t.tool_results:
+        report.setdefault("warnings", []).append(
+            f"{t.tool_results} of {n_out} pairs have a tool result inside chosen or rejected (first at line "
+            f"{t.first_tool_result} of the output): DPOTrainer scores each side whole, so it counts the tool's "
+            "output as the model's words, pushed up in chosen and down in rejected (spec 4.1's shape has no other "
+            "place for it). Where that matters, pair one-turn replies: cut each side after its first assistant turn.")
     if t.other_context:
         report.setdefault("warnings", []).append(
             f"{t.other_context} of {n_out} pairs start the rejected side from other messages than the chosen side "
