@@ -25,8 +25,8 @@ from .rows import SchemaCheck, preference_problems, stamp
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
 from .spool import Spool
 from .trl import first_assistant_index, trl_preference_row
-from .wire import (ObjectTexts, WireStats, called_tool, declared_tool_names, has_tool_calls, opens_with_two_systems,
-                   to_wire, tool_link_problem)
+from .wire import (CALL_SHAPE_ADVICE, LINK_ADVICE, MISSHAPEN_CALLS, ObjectTexts, WireStats, called_tool,
+                   declared_tool_names, has_tool_calls, link_problem_in, opens_with_two_systems, to_wire)
 
 # How the no-tools and no-system-prompt warnings end, for a caller of export_preference. The pipeline has no
 # such argument (it reads the run's sidecar) and puts its own advice in their place, found by these texts.
@@ -178,15 +178,9 @@ def _pair_outcomes(item, plans):
 
 def _side_link_problem(row, trl):
     """Where and how a written pair's side first has tool results that do not pair up with its calls
-    (``wire.tool_link_problem``; a TRL side is read after its prompt, the chosen side's), as text, or None."""
-    prompt = row["prompt"] if trl else []
-    for side in ("chosen", "rejected"):
-        found = tool_link_problem(prompt + row[side])
-        if found is not None:
-            index, what = found
-            where = f"prompt[{index}]" if index < len(prompt) else f"{side}[{index - len(prompt)}]"
-            return f"{where}: {what}"
-    return None
+    (``wire.link_problem_in``; a TRL side is read after its prompt, the chosen side's), as text, or None."""
+    head = (("prompt", row["prompt"]),) if trl else ()
+    return link_problem_in(*head, ("chosen", row["chosen"])) or link_problem_in(*head, ("rejected", row["rejected"]))
 
 
 def _opens_with_system(messages) -> bool:
@@ -571,18 +565,15 @@ def _checked_report(tally, src, format, name="export_preference"):
     if t.misshapen:
         report.setdefault("warnings", []).append(
             f"{t.misshapen} of {n_out} pairs have a side whose tool calls are not call objects (first at line "
-            f"{t.first_misshapen} of the output): a tool_calls given as text or as one object, a call that is not an "
-            "object, or a function given as its name. Written as the spec reads them, they are calls with no name "
-            "and arguments {} that pass the round-trip gate. Write each tool_calls as a list of {\"id\", \"type\": "
-            "\"function\", \"function\": {\"name\", \"arguments\"}} objects.")
+            f"{t.first_misshapen} of the output): {MISSHAPEN_CALLS}. Written as the spec reads them, they are calls "
+            f"with no name and arguments {{}} that pass the round-trip gate. {CALL_SHAPE_ADVICE}")
     if t.bad_links:
         line, where = t.first_bad_link
         report.setdefault("warnings", []).append(
             f"{t.bad_links} of {n_out} pairs have a side whose tool results do not pair up with its calls (first at "
             f"line {line} of the output, {where}): written as the side links them (an id-less result takes the "
             "oldest call still waiting, even one an earlier turn left unanswered), it shows the model a result for "
-            "another call, or for none. Give each call an id and each tool result the tool_call_id of the call it "
-            "answers, one result per call.")
+            f"another call, or for none. {LINK_ADVICE}.")
     if t.judged_rejected:
         report.setdefault("warnings", []).append(
             f"{t.judged_rejected} of {n_out} pairs were decided for the rejected side by the pairwise judge "

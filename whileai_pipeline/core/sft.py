@@ -46,8 +46,8 @@ from .trl import (
     trl_completion_row,
     trl_training_row,
 )
-from .wire import (ObjectTexts, WireStats, called_tool, check_tool_output_cap, declared_tool_names, has_tool_calls,
-                   opens_with_two_systems, tool_link_problem)
+from .wire import (CALL_SHAPE_ADVICE, LINK_ADVICE, MISSHAPEN_CALLS, ObjectTexts, WireStats, called_tool,
+                   check_tool_output_cap, declared_tool_names, has_tool_calls, link_problem_in, opens_with_two_systems)
 
 # How the no-tools and no-system-prompt warnings end, for a caller of export_dataset. The pipeline has no
 # such argument (it reads the run's sidecar) and puts its own advice in their place, found by these texts.
@@ -176,7 +176,12 @@ def _written(entry, plan, objects=None, long_run=None, unlinked=True):
     # the row's own system message right under the one the export put first (sidecar, profile or argument); one
     # between later turns is a note the run gave the agent, which it sees when it runs
     two_systems = bool(plan.system) and opens_with_two_systems(messages)
-    links = _link_problem(row, messages) if unlinked else None  # ``WireStats.unlinked``: most rows need no look
+    if not unlinked:  # ``WireStats.unlinked``: most rows need no look
+        links = None
+    elif "completion" in row:
+        links = link_problem_in(("prompt", row["prompt"]), ("completion", row["completion"]))
+    else:
+        links = link_problem_in(("messages", messages or ()))
     tail = b""
     if plan.grouping and "prompt_text" in row:
         row = dict(row)
@@ -203,21 +208,6 @@ def _written(entry, plan, objects=None, long_run=None, unlinked=True):
     body = write(row, "tools", plan.tools_json)
     big = _big_ints(body, long_run) if plan.trl and (long_run is not False or plan.tools_digits) else None
     return (*facts, big), body, tail
-
-
-def _link_problem(row, messages):
-    """Where and how the written row's tool results stop pairing up with its calls (``tool_link_problem``),
-    as text for the warning, or None."""
-    found = tool_link_problem(messages)
-    if found is None:
-        return None
-    index, what = found
-    if "completion" in row:
-        cut = len(row["prompt"])
-        where = f"prompt[{index}]" if index < cut else f"completion[{index - cut}]"
-    else:
-        where = f"messages[{index}]"
-    return f"{where}: {what}"
 
 
 def _trained_turns(messages, strip_think):
@@ -307,7 +297,7 @@ class _SftTally:
         self.think_left = 0  # rows that train a reply still holding a think tag, the first one's output line
         self.first_think_left = None
         self.bad_links = 0  # rows whose tool results do not pair up with their calls, the first one's
-        self.first_bad_link = None  # (output line, where and how: ``_link_problem``)
+        self.first_bad_link = None  # (output line, where and how: ``link_problem_in``)
         self.weighted = 0  # source rows whose messages carry a weight (``_carries_weights``)
         self.crashed = 0  # source rows the agent crashed in (``crashed_rollout``)
         self.misshapen = 0  # source rows with tool calls that are not call objects (``WireStats``), the first's
@@ -769,11 +759,10 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
     if t.misshapen:
         warnings.append(
             f"{t.misshapen} of {t.rows_read} rows hold tool calls that are not call objects (first: row "
-            f"{t.first_misshapen} of the source, counting from 0): a tool_calls given as text or as one object, a "
-            "call that is not an object, or a function given as its name. Written as the spec reads them (text a "
-            "call per character, a call that is not an object as {}, the call itself for its function), they train "
-            "calls with no name and arguments {} that pass the round-trip gate. Write each tool_calls as a list of "
-            "{\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}} objects.")
+            f"{t.first_misshapen} of the source, counting from 0): {MISSHAPEN_CALLS}. Written as the spec reads "
+            "them (text a call per character, a call that is not an object as {}, the call itself for its "
+            "function), they train calls with no name and arguments {} that pass the round-trip gate. "
+            f"{CALL_SHAPE_ADVICE}")
     if t.rows_skipped:  # DECISIONS 15 counts them; the spec skips them without a word
         warnings.append(
             f"{t.rows_skipped} of {t.rows_read} rows are not objects and were skipped (a whole JSON array of rows "
@@ -815,8 +804,7 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             f"{t.bad_links} of {t.n_out} rows have tool results that do not pair up with their calls (first at line "
             f"{line} of the output, {where}): written as the rows link them (an id-less result takes the oldest "
             "call still waiting, even one an earlier turn left unanswered), such a row shows the model a result for "
-            "another call, or for none, and OpenAI refuses it. Give each call an id and each tool result the "
-            "tool_call_id of the call it answers, one result per call (validate names each: tool_call_id_*, "
+            f"another call, or for none, and OpenAI refuses it. {LINK_ADVICE} (validate names each: tool_call_id_*, "
             "tool_call_unanswered).")
     if not t.rows_read and src.hashed is None and not _rereadable(src.rows):  # an empty list or file: as spec E47
         warnings.append(

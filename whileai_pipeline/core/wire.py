@@ -282,6 +282,29 @@ def tool_link_problem(messages):
     return None
 
 
+def link_problem_in(*parts):
+    """``tool_link_problem`` over named message lists read as one conversation (a TRL row's prompt, then its
+    completion or side), as ``"<name>[<index in that list>]: <what>"``, or None."""
+    found = tool_link_problem([m for _, messages in parts for m in messages])
+    if found is None:
+        return None
+    index, what = found
+    for name, messages in parts:
+        if index < len(messages):
+            return f"{name}[{index}]: {what}"
+        index -= len(messages)
+    return None
+
+
+# How the exports describe, and what they advise for, tool calls that are not call objects (``WireStats``) and
+# tool results that do not pair up with their calls (``tool_link_problem``): rows and pairs alike.
+MISSHAPEN_CALLS = ("a tool_calls given as text or as one object, a call that is not an object, or a function given as "
+                   "its name")
+CALL_SHAPE_ADVICE = ("Write each tool_calls as a list of {\"id\", \"type\": \"function\", \"function\": {\"name\", "
+                     "\"arguments\"}} objects.")
+LINK_ADVICE = "Give each call an id and each tool result the tool_call_id of the call it answers, one result per call"
+
+
 def called_tool(name: str) -> str:
     """How a warning names the tool a written call calls. A call its source gave no name (None, "", a call that
     is not an object or has no ``function``) is written with the name "", which ``''`` in a message hides, and
