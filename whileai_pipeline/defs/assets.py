@@ -108,11 +108,7 @@ def _one_process_per_run(body):
         except PartitionLockedError as exc:
             raise dg.Failure(description=str(exc)) from None
         except WriteFailedError as exc:  # its advice ("choose an output directory") is for library calls
-            reason = getattr(exc.reason, "strerror", None) or exc.reason
-            raise dg.Failure(
-                description=f"write_failed: {exc.dest}: {reason}; this step replaced no stage and no published "
-                f"file. {_storage_advice(getattr(exc.reason, 'errno', None), storage.base)}, then materialize "
-                "again.", metadata={"error": type(exc).__name__}) from None
+            raise _write_failure(exc, storage, "this step replaced no stage and no published file") from None
 
     return locked
 
@@ -176,13 +172,13 @@ def _require_stage(storage, path, needs: str):
         )
 
 
-def _write_failure(exc: WriteFailedError, what: str, storage, state: str) -> dg.Failure:
-    """The step's failure for a file of the storage root the library could not write (a candidate, the pairs
-    stage): the library's advice ("choose an output directory ..., then export again") is for a caller who
-    names the output, a pipeline user names none. ``state`` says what is left as it was."""
+def _write_failure(exc: WriteFailedError, storage, state: str, what=None) -> dg.Failure:
+    """The step's failure for a file of the storage root the library could not write (a stage, a candidate):
+    the library's advice ("choose an output directory ..., then export again") is for a caller who names the
+    output, a pipeline user names none. ``state`` says what is left as it was; ``what``, the library call."""
     reason = getattr(exc.reason, "strerror", None) or exc.reason
     return dg.Failure(
-        description=f"{what}: write_failed: {exc.dest}: {reason}; {state}. "
+        description=f"{what + ': ' if what else ''}write_failed: {exc.dest}: {reason}; {state}. "
         f"{_storage_advice(getattr(exc.reason, 'errno', None), storage.base)}, then materialize again.",
         metadata={"error": type(exc).__name__})
 
@@ -497,7 +493,7 @@ def preference_pairs(
             )
             pairing.close()  # its "(finished)" line, as every other stage's
         except WriteFailedError as exc:
-            raise _write_failure(exc, "build_preference_pairs", storage, "the previous pairs are unchanged") from None
+            raise _write_failure(exc, storage, "the previous pairs are unchanged", "build_preference_pairs") from None
         except ValueError as exc:
             raise _library_failure(exc, "build_preference_pairs") from None
         n_pairs, sha256, ties = report["n_written"], report["sha256"], 0  # built pairs carry no tie
@@ -512,7 +508,7 @@ def preference_pairs(
                 raise dg.Failure(description=f"{exc} The previous pairs are unchanged.",
                                  metadata={"judge": config.judge}) from None
             except WriteFailedError as exc:
-                raise _write_failure(exc, "judge_pairs", storage, "the previous pairs are unchanged") from None
+                raise _write_failure(exc, storage, "the previous pairs are unchanged", "judge_pairs") from None
             except ValueError as exc:
                 raise _library_failure(exc, "judge_pairs") from None
             progress.close(judged["n"])
@@ -644,7 +640,7 @@ def _export_candidates(context, storage, kind, formats, export, source, what, **
         progress.close()
     except WriteFailedError as exc:
         discard(cand_dir)
-        raise _write_failure(exc, what, storage, "nothing was published and the published files are unchanged") \
+        raise _write_failure(exc, storage, "nothing was published and the published files are unchanged", what) \
             from None
     except ValueError as exc:
         discard(cand_dir)
