@@ -86,6 +86,12 @@ MISSHAPEN = re.compile(r"^(\d+) of (\d+) rows hold tool calls that are not call 
                        r"the source, counting from 0\): ")  # ours
 MISSHAPEN_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side whose tool calls are not call objects \(first at "
                              r"line (\d+) of the output\)")  # ours
+LEFT_OUT = re.compile(r"^(\d+) of (\d+) rows hold messages the chat-completions format has no place for, left out of "
+                      r"what is written \(first: row (\d+) of the source, counting from 0: (.*?)\), as the spec reads "
+                      r"them")  # ours
+LEFT_OUT_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side holding messages the chat-completions format has no "
+                            r"place for, left out of what is written \(first at line (\d+) of the output: (.*?)\), as "
+                            r"the spec reads them")  # ours
 JUDGED_REJECTED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs were decided for the rejected side by the pairwise "
                                    r"judge")  # ours
 UNDECLARED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a chosen side that calls a tool the tools .* "
@@ -118,6 +124,24 @@ def _tool_names(tools):
             return None
         names.add(name)
     return names or None
+
+
+def _left_out(row):
+    """The first of the messages an export reads of ``row`` that the chat-completions format has no place for
+    (spec 3.4, E28: a role other than system, user, assistant and tool, an item that is not an object), said as
+    the warning says it, or None. A row without ``messages`` is rebuilt from its steps, which make none."""
+    messages = row.get("messages") if isinstance(row, dict) else None
+    if not messages:
+        return None
+    if not isinstance(messages, (list, tuple)):
+        return f"'messages' given as a {type(messages).__name__}, not a list"
+    for m in messages:
+        if not isinstance(m, dict):
+            return f"a {type(m).__name__} where a message object goes"
+        role = str(m.get("role") or "")
+        if role not in ("system", "user", "assistant", "tool"):
+            return f"role {role!r}" if role else "a message without a role"
+    return None
 
 
 def _misshapen_calls(row) -> bool:
@@ -361,7 +385,8 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
                                                        "empty_reply": EMPTY_REPLY, "two_systems": TWO_SYSTEMS,
                                                        "weighted": WEIGHTED, "crashed": CRASHED_ROWS,
                                                        "undeclared": UNDECLARED, "bad_links": BAD_LINKS,
-                                                       "think_left": THINK_LEFT, "misshapen": MISSHAPEN})
+                                                       "think_left": THINK_LEFT, "misshapen": MISSHAPEN,
+                                                       "left_out": LEFT_OUT})
     # DECISIONS 6: warn when a row with tool calls is exported with no tools or no system prompt
     with_calls = _rows_with_calls(pred)
     calls_without_system = _calls_without_system(pred)
@@ -436,6 +461,11 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     if misshapen:
         exp_extra.add("misshapen")
         event("a row's tool calls are not call objects")
+    # ours: source rows whose messages the format has no place for, left out as the spec says
+    left_out = [(i, _left_out(x)) for i, x in enumerate(rows) if _left_out(x) is not None]
+    if left_out:
+        exp_extra.add("left_out")
+        event("a row holds a message the format leaves out")
     if not rows and iter(src) is src:
         exp_extra.add("no_rows")  # ours: an iterator that gave nothing (one read twice, say) is said to be empty
     assert set(extra) == exp_extra, f"DECISIONS 6/16 warnings: expected {sorted(exp_extra)}, got {our_warnings}\n{ctx}"
@@ -471,6 +501,9 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     if "misshapen" in extra:
         expected = (str(len(misshapen)), str(len(rows)), str(misshapen[0]))
         assert extra["misshapen"].groups() == expected, extra["misshapen"].group(0)
+    if "left_out" in extra:
+        expected = (str(len(left_out)), str(len(rows)), str(left_out[0][0]), left_out[0][1])
+        assert extra["left_out"].groups() == expected, extra["left_out"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     if fmt == "trl":  # DECISIONS 16
         trl_loss = ours_rep.pop("trl_loss")
@@ -717,6 +750,7 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
                                                        "two_systems": TWO_SYSTEMS_PAIRS,
                                                        "bad_links": BAD_LINKS_PAIRS,
                                                        "misshapen": MISSHAPEN_PAIRS,
+                                                       "left_out": LEFT_OUT_PAIRS,
                                                        "judged_rejected": JUDGED_REJECTED_PAIRS,
                                                        "tool_results": TRL_TOOL_RESULTS})
     exp_extra = {"user_turns"} if user_turns else set()
@@ -783,6 +817,12 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     if misshapen:
         exp_extra.add("misshapen")
         event("a pair side's tool calls are not call objects")
+    # ours: pairs with a side holding messages the format has no place for, left out as the spec says
+    left_out = [(i, _left_out(pair["chosen"]) or _left_out(pair["rejected"])) for i, pair in enumerate(kept, 1)
+                if _left_out(pair["chosen"]) or _left_out(pair["rejected"])]
+    if left_out:
+        exp_extra.add("left_out")
+        event("a pair side holds a message the format leaves out")
     # ours: pairs the pairwise judge decided for the rejected side, exported as the rewards ordered them (spec 7.6)
     judged_rejected = sum(1 for p in kept if isinstance(p.get("pairwise"), dict)
                           and p["pairwise"].get("winner") == "rejected")
@@ -842,6 +882,9 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     if "misshapen" in extra:
         expected = (str(len(misshapen)), str(len(pred)), str(misshapen[0]))
         assert extra["misshapen"].groups() == expected, extra["misshapen"].group(0)
+    if "left_out" in extra:
+        expected = (str(len(left_out)), str(len(pred)), str(left_out[0][0]), left_out[0][1])
+        assert extra["left_out"].groups() == expected, extra["left_out"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     unexplained = {k: ours_rep.pop(k) for k in list(ours_rep) if k not in rep}
     H.assert_same(H.nan_safe(rep), H.nan_safe(ours_rep), "preference report", ctx)

@@ -327,3 +327,25 @@ def test_consumer_format_on_a_refused_export_says_whose_files_it_checked(publish
     assert check.metadata["live"].value == md["live"].value
     assert check.description == ("2 file(s) pass their consumer's format rules (the refused export's files, "
                                  "kept under rejected/; the published files were not replaced)")
+
+
+def test_a_turn_the_format_has_no_place_for_is_named_in_the_export_warnings(chain):
+    """A run whose rows give their instructions as OpenAI's ``developer`` turn: the export leaves the turn out
+    (spec 3.4), and the step's warnings say so, with the row, instead of training on the rest without a word."""
+    rows = sample_rows()
+    conversation = [{"role": "developer", "content": "Answer in French."},
+                    {"role": "user", "content": rows[3]["prompt"]}, {"role": "assistant", "content": "Bien sûr."}]
+    rows[3] = {**rows[3], "messages": conversation}
+    key = chain.register(rows, name="developer_turn")
+    result = chain.materialize(key, selection=["raw_simulation_data", "scored_simulation_data", "sft_export"])
+    assert result.success
+    warnings = materialization(result, "sft_export")["warnings"].value
+    run = chain.storage.run_path(key)
+    passing = [row for row in rows if row.get("reward") is not None and row["reward"] >= 0.5]
+    assert rows[3] in passing
+    for fmt in ("openai", "trl"):
+        said = [w for w in warnings[fmt] if "the chat-completions format has no place for" in w]
+        # the row named by its line in the run, not by its place among the passing rows the stage holds
+        assert len(said) == 1 and said[0].startswith(
+            f"1 of {len(passing)} rows hold messages the chat-completions format has no place for, left out of "
+            f"what is written (first: {run}:4: role 'developer')"), warnings[fmt]

@@ -46,8 +46,9 @@ from .trl import (
     trl_completion_row,
     trl_training_row,
 )
-from .wire import (CALL_SHAPE_ADVICE, LINK_ADVICE, MISSHAPEN_CALLS, ObjectTexts, WireStats, called_tool,
-                   check_tool_output_cap, declared_tool_names, has_tool_calls, link_problem_in, opens_with_two_systems)
+from .wire import (CALL_SHAPE_ADVICE, DROPPED_MESSAGES, LINK_ADVICE, MISSHAPEN_CALLS, ROLE_ADVICE, ObjectTexts,
+                   WireStats, called_tool, check_tool_output_cap, declared_tool_names, has_tool_calls, link_problem_in,
+                   opens_with_two_systems)
 
 # How the no-tools and no-system-prompt warnings end, for a caller of export_dataset. The pipeline has no
 # such argument (it reads the run's sidecar) and puts its own advice in their place, found by these texts.
@@ -108,7 +109,7 @@ def _sft_outcomes(raw, plans, long_run=None):
         for plan, written in zip(plans, entries):
             written.append((problems, group, _written(entry, plan, objects, long_run, stats.unlinked)))
     flags = (raw.get("finish_reason") == "length", _carries_weights(raw.get("messages")), crashed_rollout(raw),
-             stats.misshapen)
+             stats.misshapen, stats.dropped)
     return [(leak, flags, written) for written in entries]
 
 
@@ -302,6 +303,8 @@ class _SftTally:
         self.crashed = 0  # source rows the agent crashed in (``crashed_rollout``)
         self.misshapen = 0  # source rows with tool calls that are not call objects (``WireStats``), the first's
         self.first_misshapen = None  # its index among the rows read
+        self.left_out = 0  # source rows with messages to_wire left out (``WireStats.dropped``), the first's
+        self.first_left_out = None  # (index among the rows read, which message)
         self.big_int_rows = 0  # TRL rows holding an integer beyond int64 (``_big_ints``), the first one's
         self.first_big_int = None  # (output line, where, value)
 
@@ -318,7 +321,7 @@ class _SftTally:
         if outcome is None:
             self.rows_skipped += 1
             return
-        leak, (length_cut, weighted, crashed, misshapen), entries = outcome
+        leak, (length_cut, weighted, crashed, misshapen, left_out), entries = outcome
         self.leaks.record(leak)
         self.n_length_cut += length_cut
         self.weighted += weighted
@@ -327,6 +330,10 @@ class _SftTally:
             self.misshapen += 1
             if self.first_misshapen is None:
                 self.first_misshapen = self.rows_read - 1  # a file's and its rows' reports say the same
+        if left_out is not None:
+            self.left_out += 1
+            if self.first_left_out is None:
+                self.first_left_out = (self.rows_read - 1, left_out)
         for problems, group, written in entries:
             if problems:
                 self.schema.add(self.n_entries, problems, line and f"{self.source_path}:{line}")
@@ -763,6 +770,11 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             "them (text a call per character, a call that is not an object as {}, the call itself for its "
             "function), they train calls with no name and arguments {} that pass the round-trip gate. "
             f"{CALL_SHAPE_ADVICE}")
+    if t.left_out:
+        warnings.append(
+            f"{t.left_out} of {t.rows_read} rows hold {DROPPED_MESSAGES} (first: row {t.first_left_out[0]} of the "
+            f"source, counting from 0: {t.first_left_out[1]}), as the spec reads them: the model is trained on "
+            f"those conversations without them (its instructions, or a turn of its own). {ROLE_ADVICE}")
     if t.rows_skipped:  # DECISIONS 15 counts them; the spec skips them without a word
         warnings.append(
             f"{t.rows_skipped} of {t.rows_read} rows are not objects and were skipped (a whole JSON array of rows "

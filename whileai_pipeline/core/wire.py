@@ -303,6 +303,11 @@ MISSHAPEN_CALLS = ("a tool_calls given as text or as one object, a call that is 
 CALL_SHAPE_ADVICE = ("Write each tool_calls as a list of {\"id\", \"type\": \"function\", \"function\": {\"name\", "
                      "\"arguments\"}} objects.")
 LINK_ADVICE = "Give each call an id and each tool result the tool_call_id of the call it answers, one result per call"
+# ... and messages the format has no place for, which ``to_wire`` leaves out (spec 3.4, E28: ``WireStats.dropped``)
+DROPPED_MESSAGES = "messages the chat-completions format has no place for, left out of what is written"
+ROLE_ADVICE = ("A turn is written only with the role 'system', 'user', 'assistant' or 'tool', in lowercase: rename the "
+               "others before exporting ('developer' is OpenAI's newer name for 'system'; ShareGPT's 'human' and "
+               "'gpt' are 'user' and 'assistant'), or leave those rows out.")
 
 
 def called_tool(name: str) -> str:
@@ -360,13 +365,15 @@ class WireStats:
     """Where ``max_tool_output_chars`` cut: ``(message_index, chars_cut)`` per truncated tool message; and
     ``unlinked``: whether a tool result may not pair up with its call (the cheap test ``to_wire`` makes as it
     links them: only then is ``tool_link_problem`` worth reading the written messages for); ``misshapen``:
-    whether a message's tool calls were not call objects (see ``to_wire``)."""
+    whether a message's tool calls were not call objects (see ``to_wire``); ``dropped``: the first message
+    ``to_wire`` left out, said as a warning says it (``"role 'developer'"``), or None."""
 
-    __slots__ = ("cuts", "unlinked", "misshapen")
+    __slots__ = ("cuts", "unlinked", "misshapen", "dropped")
 
     def __init__(self):
         self.cuts = []
         self.unlinked = self.misshapen = False
+        self.dropped = None
 
     @property
     def truncated(self) -> int:
@@ -423,8 +430,13 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
     brought = set()  # the ids calls brought so far: one brought twice names two calls
     unlinked = False  # a result with no call waiting for it, a turn while one waits, an id brought twice
     misshapen = False  # tool_calls not a list, a call not an object, a function not an object
+    dropped = None  # the first message left out (spec 3.4): a role the format has not, an item that is no object
+    if messages and not isinstance(messages, (list, tuple)):
+        dropped = f"'messages' given as a {type(messages).__name__}, not a list"  # its keys or characters follow
     for message in _iterable(messages, "messages", "a list of message objects"):
         if type(message) is not dict and not isinstance(message, dict):
+            if dropped is None:
+                dropped = f"a {type(message).__name__} where a message object goes"
             continue
         role = message.get("role") or ""
         if type(role) is not str:
@@ -501,7 +513,11 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
             if pending:
                 unlinked = True
             out.append({"role": role, "content": content})
+        elif dropped is None:
+            dropped = f"role {role!r}" if role else "a message without a role"
     if stats is not None:
         stats.unlinked |= unlinked
         stats.misshapen |= misshapen
+        if stats.dropped is None:
+            stats.dropped = dropped
     return out

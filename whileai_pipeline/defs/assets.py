@@ -647,6 +647,8 @@ def _export_candidates(context, storage, kind, formats, export, source, what, **
         said = _said_of_the_run(str(exc), storage, context.partition_key, source) if kind == "sft" else None
         raise _library_failure(exc, what, said) from None
     _advise_the_run_sidecar(reports, storage, context.partition_key)
+    if kind == "sft":
+        _name_rows_in_the_run(reports, storage, context.partition_key, source)
     return cand_dir, candidates, reports
 
 
@@ -708,6 +710,25 @@ def _advise_the_run_sidecar(reports, storage, key) -> None:
                         advice[advise] = advise(storage, key)
                     warnings[i] = text[: -len(ending)] + advice[advise]
                     break
+
+
+def _name_rows_in_the_run(reports, storage, key, source) -> None:
+    """Name the source row an SFT export's warning names first (``row <i> of the source, counting from 0``) by its
+    line in the run (``_run_line``), in place: the stage holds only the rows exported, so its row numbers are
+    not the run's. A row the run cannot be matched to keeps the library's words."""
+    def in_run(match):
+        line = _run_line(storage, key, source, int(match.group(1)) + 1)
+        return f"(first: {line}" if line else match.group(0)
+
+    for report in reports.values():
+        warnings = report.get("warnings") or []
+        for i, text in enumerate(warnings):
+            if isinstance(text, str) and _SOURCE_ROW in text:
+                warnings[i] = _FIRST_SOURCE_ROW.sub(in_run, text, count=1)
+
+
+_SOURCE_ROW = "of the source, counting from 0"
+_FIRST_SOURCE_ROW = re.compile(r"\(first: row (\d+) " + re.escape(_SOURCE_ROW))
 
 
 def _said_of_the_run(message, storage, key, source) -> str:
