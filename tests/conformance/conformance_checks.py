@@ -92,6 +92,10 @@ LEFT_OUT = re.compile(r"^(\d+) of (\d+) rows hold messages the chat-completions 
 LEFT_OUT_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side holding messages the chat-completions format has no "
                             r"place for, left out of what is written \(first at line (\d+) of the output: (.*?)\), as "
                             r"the spec reads them")  # ours
+TEXTLESS = re.compile(r"^(\d+) of (\d+) rows hold a turn whose content is not text, written as its JSON text \(first: "
+                      r"row (\d+) of the source, counting from 0: (.*?)\): ")  # ours
+TEXTLESS_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side holding a turn whose content is not text, written as its "
+                            r"JSON text \(first at line (\d+) of the output: (.*?)\): ")  # ours
 JUDGED_REJECTED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs were decided for the rejected side by the pairwise "
                                    r"judge")  # ours
 UNDECLARED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a chosen side that calls a tool the tools .* "
@@ -141,6 +145,19 @@ def _left_out(row):
         role = str(m.get("role") or "")
         if role not in ("system", "user", "assistant", "tool"):
             return f"role {role!r}" if role else "a message without a role"
+    return None
+
+
+def _textless(row):
+    """The first system, user or assistant turn of the messages an export reads of ``row`` whose content is not
+    text (written as its JSON text, DECISIONS 10), said as the warning says it, or None."""
+    messages = row.get("messages") if isinstance(row, dict) else None
+    for m in messages if isinstance(messages, (list, tuple)) else ():
+        role = str(m.get("role") or "") if isinstance(m, dict) else ""
+        content = m.get("content") if role in ("system", "user", "assistant") else None
+        if content is not None and not isinstance(content, str):
+            name = type(content).__name__
+            return f"the {role} turn's content is {'an' if name[0] in 'aeiou' else 'a'} {name}"
     return None
 
 
@@ -386,7 +403,7 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
                                                        "weighted": WEIGHTED, "crashed": CRASHED_ROWS,
                                                        "undeclared": UNDECLARED, "bad_links": BAD_LINKS,
                                                        "think_left": THINK_LEFT, "misshapen": MISSHAPEN,
-                                                       "left_out": LEFT_OUT})
+                                                       "left_out": LEFT_OUT, "textless": TEXTLESS})
     # DECISIONS 6: warn when a row with tool calls is exported with no tools or no system prompt
     with_calls = _rows_with_calls(pred)
     calls_without_system = _calls_without_system(pred)
@@ -466,6 +483,11 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     if left_out:
         exp_extra.add("left_out")
         event("a row holds a message the format leaves out")
+    # ours: source rows with a turn whose content is not text (OpenAI's content parts), written as JSON text
+    textless = [(i, _textless(x)) for i, x in enumerate(rows) if _textless(x) is not None]
+    if textless:
+        exp_extra.add("textless")
+        event("a row holds a turn whose content is not text")
     if not rows and iter(src) is src:
         exp_extra.add("no_rows")  # ours: an iterator that gave nothing (one read twice, say) is said to be empty
     assert set(extra) == exp_extra, f"DECISIONS 6/16 warnings: expected {sorted(exp_extra)}, got {our_warnings}\n{ctx}"
@@ -504,6 +526,9 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
     if "left_out" in extra:
         expected = (str(len(left_out)), str(len(rows)), str(left_out[0][0]), left_out[0][1])
         assert extra["left_out"].groups() == expected, extra["left_out"].group(0)
+    if "textless" in extra:
+        expected = (str(len(textless)), str(len(rows)), str(textless[0][0]), textless[0][1])
+        assert extra["textless"].groups() == expected, extra["textless"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     if fmt == "trl":  # DECISIONS 16
         trl_loss = ours_rep.pop("trl_loss")
@@ -751,6 +776,7 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
                                                        "bad_links": BAD_LINKS_PAIRS,
                                                        "misshapen": MISSHAPEN_PAIRS,
                                                        "left_out": LEFT_OUT_PAIRS,
+                                                       "textless": TEXTLESS_PAIRS,
                                                        "judged_rejected": JUDGED_REJECTED_PAIRS,
                                                        "tool_results": TRL_TOOL_RESULTS})
     exp_extra = {"user_turns"} if user_turns else set()
@@ -823,6 +849,12 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     if left_out:
         exp_extra.add("left_out")
         event("a pair side holds a message the format leaves out")
+    # ours: pairs with a side holding a turn whose content is not text, written as JSON text
+    textless = [(i, _textless(pair["chosen"]) or _textless(pair["rejected"])) for i, pair in enumerate(kept, 1)
+                if _textless(pair["chosen"]) or _textless(pair["rejected"])]
+    if textless:
+        exp_extra.add("textless")
+        event("a pair side holds a turn whose content is not text")
     # ours: pairs the pairwise judge decided for the rejected side, exported as the rewards ordered them (spec 7.6)
     judged_rejected = sum(1 for p in kept if isinstance(p.get("pairwise"), dict)
                           and p["pairwise"].get("winner") == "rejected")
@@ -885,6 +917,9 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
     if "left_out" in extra:
         expected = (str(len(left_out)), str(len(pred)), str(left_out[0][0]), left_out[0][1])
         assert extra["left_out"].groups() == expected, extra["left_out"].group(0)
+    if "textless" in extra:
+        expected = (str(len(textless)), str(len(pred)), str(textless[0][0]), textless[0][1])
+        assert extra["textless"].groups() == expected, extra["textless"].group(0)
     assert rest == warnings, f"warnings differ\nexpected: {warnings}\nours:     {rest}\n{ctx}"
     unexplained = {k: ours_rep.pop(k) for k in list(ours_rep) if k not in rep}
     H.assert_same(H.nan_safe(rep), H.nan_safe(ours_rep), "preference report", ctx)

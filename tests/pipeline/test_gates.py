@@ -349,3 +349,18 @@ def test_a_turn_the_format_has_no_place_for_is_named_in_the_export_warnings(chai
         assert len(said) == 1 and said[0].startswith(
             f"1 of {len(passing)} rows hold messages the chat-completions format has no place for, left out of "
             f"what is written (first: {run}:4: role 'developer')"), warnings[fmt]
+
+
+def test_a_turn_whose_content_is_not_text_is_named_by_its_run_line(chain):
+    """OpenAI's content parts in a run: the export writes them as JSON text, and the step's warnings say so."""
+    rows = sample_rows()
+    parts = [{"type": "text", "text": rows[3]["prompt"]}]
+    rows[3] = {**rows[3], "messages": [{"role": "user", "content": parts},
+                                      {"role": "assistant", "content": "Let me check."}]}
+    key = chain.register(rows, name="content_parts")
+    result = chain.materialize(key, selection=["raw_simulation_data", "scored_simulation_data", "sft_export"])
+    assert result.success
+    warnings = materialization(result, "sft_export")["warnings"].value["openai"]
+    said = [w for w in warnings if "content is not text" in w]
+    assert len(said) == 1 and (f"(first: {chain.storage.run_path(key)}:4: the user turn's content is a list)"
+                               in said[0]), warnings

@@ -25,8 +25,8 @@ from .rows import SchemaCheck, preference_problems, stamp
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
 from .spool import Spool
 from .trl import first_assistant_index, trl_preference_row
-from .wire import (CALL_SHAPE_ADVICE, DROPPED_MESSAGES, LINK_ADVICE, MISSHAPEN_CALLS, ROLE_ADVICE, ObjectTexts,
-                   WireStats, called_tool, declared_tool_names, has_tool_calls, link_problem_in, opens_with_two_systems,
+from .wire import (CALL_SHAPE_ADVICE, DROPPED_MESSAGES, LINK_ADVICE, MISSHAPEN_CALLS, NOT_TEXT, NOT_TEXT_ADVICE,
+                   ROLE_ADVICE, ObjectTexts, WireStats, called_tool, declared_tool_names, has_tool_calls, link_problem_in, opens_with_two_systems,
                    to_wire)
 
 # How the no-tools and no-system-prompt warnings end, for a caller of export_preference. The pipeline has no
@@ -170,6 +170,7 @@ def _pair_outcomes(item, plans):
             _side_link_problem(row, plan.trl) if stats.unlinked else None,
             stats.misshapen,
             stats.dropped,
+            stats.textless,
             judged_rejected,
             plan.trl and (_holds_tool_result(row["chosen"]) or _holds_tool_result(row["rejected"])),
         )
@@ -220,6 +221,8 @@ class _PairTally:
         self.first_misshapen = None  # output line
         self.left_out = 0  # pairs with a side holding messages to_wire left out (``WireStats.dropped``), the first's
         self.first_left_out = None  # (output line, which message)
+        self.textless = 0  # pairs with a side holding a turn whose content is not text (``WireStats``), the first's
+        self.first_textless = None  # (output line, which turn)
         self.bad_links = 0  # pairs with a side whose tool results do not pair up with its calls, the first's
         self.first_bad_link = None  # (output line, where and how: ``_side_link_problem``)
         self.judged_rejected = 0  # pairs written that the pairwise judge decided for the rejected side
@@ -255,7 +258,8 @@ class _PairTally:
             return
         (chosen_calls, rejected_calls, leak, rejected_quotes, has_calls, delta, identical, margin, user_turns,
          no_reply, length_cut, other_context, crashed, same_reply, empty_chosen, calls_without_system,
-         undeclared, two_systems, links, misshapen, left_out, judged_rejected, tool_results) = facts
+         undeclared, two_systems, links, misshapen, left_out, textless, judged_rejected,
+         tool_results) = facts
         self.judged_rejected += judged_rejected
         if tool_results:
             self.tool_results += 1
@@ -291,6 +295,10 @@ class _PairTally:
             self.left_out += 1
             if self.first_left_out is None:
                 self.first_left_out = (self.n_out + 1, left_out)
+        if textless is not None:
+            self.textless += 1
+            if self.first_textless is None:
+                self.first_textless = (self.n_out + 1, textless)
         if links is not None:
             self.bad_links += 1
             if self.first_bad_link is None:
@@ -581,6 +589,12 @@ def _checked_report(tally, src, format, name="export_preference"):
             f"{t.left_out} of {n_out} pairs have a side holding {DROPPED_MESSAGES} (first at line {line} of the "
             f"output: {what}), as the spec reads them: DPO compares sides without them (the instructions the "
             f"replies followed, or a turn of the model's own). {ROLE_ADVICE}")
+    if t.textless:
+        line, what = t.first_textless
+        report.setdefault("warnings", []).append(
+            f"{t.textless} of {n_out} pairs have a side holding {NOT_TEXT} (first at line {line} of the output: "
+            f"{what}): DPO compares that JSON (for OpenAI's content parts, [{{\"type\": \"text\", \"text\": "
+            "...}]) instead of the words. " + NOT_TEXT_ADVICE)
     if t.bad_links:
         line, where = t.first_bad_link
         report.setdefault("warnings", []).append(

@@ -46,8 +46,8 @@ from .trl import (
     trl_completion_row,
     trl_training_row,
 )
-from .wire import (CALL_SHAPE_ADVICE, DROPPED_MESSAGES, LINK_ADVICE, MISSHAPEN_CALLS, ROLE_ADVICE, ObjectTexts,
-                   WireStats, called_tool, check_tool_output_cap, declared_tool_names, has_tool_calls, link_problem_in,
+from .wire import (CALL_SHAPE_ADVICE, DROPPED_MESSAGES, LINK_ADVICE, MISSHAPEN_CALLS, NOT_TEXT, NOT_TEXT_ADVICE,
+                   ROLE_ADVICE, ObjectTexts, WireStats, called_tool, check_tool_output_cap, declared_tool_names, has_tool_calls, link_problem_in,
                    opens_with_two_systems)
 
 # How the no-tools and no-system-prompt warnings end, for a caller of export_dataset. The pipeline has no
@@ -109,7 +109,7 @@ def _sft_outcomes(raw, plans, long_run=None):
         for plan, written in zip(plans, entries):
             written.append((problems, group, _written(entry, plan, objects, long_run, stats.unlinked)))
     flags = (raw.get("finish_reason") == "length", _carries_weights(raw.get("messages")), crashed_rollout(raw),
-             stats.misshapen, stats.dropped)
+             stats.misshapen, stats.dropped, stats.textless)
     return [(leak, flags, written) for written in entries]
 
 
@@ -305,6 +305,8 @@ class _SftTally:
         self.first_misshapen = None  # its index among the rows read
         self.left_out = 0  # source rows with messages to_wire left out (``WireStats.dropped``), the first's
         self.first_left_out = None  # (index among the rows read, which message)
+        self.textless = 0  # source rows with a turn whose content is not text (``WireStats.textless``), the first's
+        self.first_textless = None  # (index among the rows read, which turn)
         self.big_int_rows = 0  # TRL rows holding an integer beyond int64 (``_big_ints``), the first one's
         self.first_big_int = None  # (output line, where, value)
 
@@ -321,7 +323,7 @@ class _SftTally:
         if outcome is None:
             self.rows_skipped += 1
             return
-        leak, (length_cut, weighted, crashed, misshapen, left_out), entries = outcome
+        leak, (length_cut, weighted, crashed, misshapen, left_out, textless), entries = outcome
         self.leaks.record(leak)
         self.n_length_cut += length_cut
         self.weighted += weighted
@@ -334,6 +336,10 @@ class _SftTally:
             self.left_out += 1
             if self.first_left_out is None:
                 self.first_left_out = (self.rows_read - 1, left_out)
+        if textless is not None:
+            self.textless += 1
+            if self.first_textless is None:
+                self.first_textless = (self.rows_read - 1, textless)
         for problems, group, written in entries:
             if problems:
                 self.schema.add(self.n_entries, problems, line and f"{self.source_path}:{line}")
@@ -775,6 +781,11 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             f"{t.left_out} of {t.rows_read} rows hold {DROPPED_MESSAGES} (first: row {t.first_left_out[0]} of the "
             f"source, counting from 0: {t.first_left_out[1]}), as the spec reads them: the model is trained on "
             f"those conversations without them (its instructions, or a turn of its own). {ROLE_ADVICE}")
+    if t.textless:
+        warnings.append(
+            f"{t.textless} of {t.rows_read} rows hold {NOT_TEXT} (first: row {t.first_textless[0]} of the source, "
+            f"counting from 0: {t.first_textless[1]}): the model is trained on, or to say, that JSON (for OpenAI's "
+            "content parts, [{\"type\": \"text\", \"text\": ...}]) instead of the words. " + NOT_TEXT_ADVICE)
     if t.rows_skipped:  # DECISIONS 15 counts them; the spec skips them without a word
         warnings.append(
             f"{t.rows_skipped} of {t.rows_read} rows are not objects and were skipped (a whole JSON array of rows "

@@ -305,6 +305,9 @@ CALL_SHAPE_ADVICE = ("Write each tool_calls as a list of {\"id\", \"type\": \"fu
 LINK_ADVICE = "Give each call an id and each tool result the tool_call_id of the call it answers, one result per call"
 # ... and messages the format has no place for, which ``to_wire`` leaves out (spec 3.4, E28: ``WireStats.dropped``)
 DROPPED_MESSAGES = "messages the chat-completions format has no place for, left out of what is written"
+# ... and a system, user or assistant turn whose content is no text, written as its JSON text (``WireStats.textless``)
+NOT_TEXT = "a turn whose content is not text, written as its JSON text"
+NOT_TEXT_ADVICE = ("Join the text parts of each turn into one string before exporting, or leave those rows out.")
 ROLE_ADVICE = ("A turn is written only with the role 'system', 'user', 'assistant' or 'tool', in lowercase: rename the "
                "others before exporting ('developer' is OpenAI's newer name for 'system'; ShareGPT's 'human' and "
                "'gpt' are 'user' and 'assistant'), or leave those rows out.")
@@ -366,14 +369,15 @@ class WireStats:
     ``unlinked``: whether a tool result may not pair up with its call (the cheap test ``to_wire`` makes as it
     links them: only then is ``tool_link_problem`` worth reading the written messages for); ``misshapen``:
     whether a message's tool calls were not call objects (see ``to_wire``); ``dropped``: the first message
-    ``to_wire`` left out, said as a warning says it (``"role 'developer'"``), or None."""
+    ``to_wire`` left out, said as a warning says it (``"role 'developer'"``), or None; ``textless``: the first
+    system, user or assistant turn whose content is not text (``"the user turn's content is a list"``), or None."""
 
-    __slots__ = ("cuts", "unlinked", "misshapen", "dropped")
+    __slots__ = ("cuts", "unlinked", "misshapen", "dropped", "textless")
 
     def __init__(self):
         self.cuts = []
         self.unlinked = self.misshapen = False
-        self.dropped = None
+        self.dropped = self.textless = None
 
     @property
     def truncated(self) -> int:
@@ -431,18 +435,22 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
     unlinked = False  # a result with no call waiting for it, a turn while one waits, an id brought twice
     misshapen = False  # tool_calls not a list, a call not an object, a function not an object
     dropped = None  # the first message left out (spec 3.4): a role the format has not, an item that is no object
+    textless = None  # the first system, user or assistant turn whose content is not text (content parts, say)
     if messages and not isinstance(messages, (list, tuple)):
-        dropped = f"'messages' given as a {type(messages).__name__}, not a list"  # its keys or characters follow
+        dropped = f"'messages' given as {_a(messages)}, not a list"  # its keys or characters follow
     for message in _iterable(messages, "messages", "a list of message objects"):
         if type(message) is not dict and not isinstance(message, dict):
             if dropped is None:
-                dropped = f"a {type(message).__name__} where a message object goes"
+                dropped = f"{_a(message)} where a message object goes"
             continue
         role = message.get("role") or ""
         if type(role) is not str:
             role = str(role)
         content = message.get("content")
         if type(content) is not str:
+            if (textless is None and content is not None and not isinstance(content, str)
+                    and role in ("assistant", "user", "system")):  # a tool's object result is its JSON output
+                textless = f"the {role} turn's content is {_a(content)}"
             content = content_text(content)
         if role == "assistant":
             if pending:
@@ -520,4 +528,12 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
         stats.misshapen |= misshapen
         if stats.dropped is None:
             stats.dropped = dropped
+        if stats.textless is None:
+            stats.textless = textless
     return out
+
+
+def _a(value) -> str:
+    """``value``'s type name with its article, as a warning names it (``"a list"``, ``"an int"``)."""
+    name = type(value).__name__
+    return f"an {name}" if name[0] in "aeiou" else f"a {name}"
