@@ -94,8 +94,8 @@ LEFT_OUT_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side holding messages
                             r"the spec reads them")  # ours
 TEXTLESS = re.compile(r"^(\d+) of (\d+) rows hold a turn whose content is not text, written as its JSON text \(first: "
                       r"row (\d+) of the source, counting from 0: (.*?)\): ")  # ours
-TEXTLESS_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side holding a turn whose content is not text, written as its "
-                            r"JSON text \(first at line (\d+) of the output: (.*?)\): ")  # ours
+TEXTLESS_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a side holding a turn whose content is not text, written as "
+                            r"its JSON text \(first at line (\d+) of the output: (.*?)\): ")  # ours
 JUDGED_REJECTED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs were decided for the rejected side by the pairwise "
                                    r"judge")  # ours
 UNDECLARED_PAIRS = re.compile(r"^(\d+) of (\d+) pairs have a chosen side that calls a tool the tools .* "

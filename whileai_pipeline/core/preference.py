@@ -26,8 +26,8 @@ from .runs import SourceDigest, change_explains_failure, check_unchanged, file_s
 from .spool import Spool
 from .trl import first_assistant_index, trl_preference_row
 from .wire import (CALL_SHAPE_ADVICE, DROPPED_MESSAGES, LINK_ADVICE, MISSHAPEN_CALLS, NOT_TEXT, NOT_TEXT_ADVICE,
-                   ROLE_ADVICE, ObjectTexts, WireStats, called_tool, declared_tool_names, has_tool_calls, link_problem_in, opens_with_two_systems,
-                   to_wire)
+                   ROLE_ADVICE, ObjectTexts, WireStats, called_tool, declared_tool_names, has_tool_calls,
+                   link_problem_in, opens_with_two_systems, to_wire)
 
 # How the no-tools and no-system-prompt warnings end, for a caller of export_preference. The pipeline has no
 # such argument (it reads the run's sidecar) and puts its own advice in their place, found by these texts.

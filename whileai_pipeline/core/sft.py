@@ -47,8 +47,8 @@ from .trl import (
     trl_training_row,
 )
 from .wire import (CALL_SHAPE_ADVICE, DROPPED_MESSAGES, LINK_ADVICE, MISSHAPEN_CALLS, NOT_TEXT, NOT_TEXT_ADVICE,
-                   ROLE_ADVICE, ObjectTexts, WireStats, called_tool, check_tool_output_cap, declared_tool_names, has_tool_calls, link_problem_in,
-                   opens_with_two_systems)
+                   ROLE_ADVICE, ObjectTexts, WireStats, called_tool, check_tool_output_cap, declared_tool_names,
+                   has_tool_calls, link_problem_in, opens_with_two_systems)
 
 # How the no-tools and no-system-prompt warnings end, for a caller of export_dataset. The pipeline has no
 # such argument (it reads the run's sidecar) and puts its own advice in their place, found by these texts.
