@@ -308,8 +308,8 @@ DROPPED_MESSAGES = "messages the chat-completions format has no place for, left 
 # ... and a system, user or assistant turn whose content is no text, written as its JSON text (``WireStats.textless``)
 NOT_TEXT = "a turn whose content is not text, written as its JSON text"
 NOT_TEXT_ADVICE = ("Join the text parts of each turn into one string before exporting, or leave those rows out.")
-ROLE_ADVICE = ("A turn is written only with the role 'system', 'user', 'assistant' or 'tool', in lowercase: rename the "
-               "others before exporting ('developer' is OpenAI's newer name for 'system'; ShareGPT's 'human' and "
+ROLE_ADVICE = ("A turn is written only with the role 'system', 'user', 'assistant' or 'tool', in lowercase: rename "
+               "the others before exporting ('developer' is OpenAI's newer name for 'system'; ShareGPT's 'human' and "
                "'gpt' are 'user' and 'assistant'), or leave those rows out.")
 
 
