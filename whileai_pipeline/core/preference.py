@@ -23,6 +23,7 @@ from .pairs import first_turn_note, length_note
 from .progress import check_progress, tick
 from .rows import SchemaCheck, preference_problems, stamp
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
+from .sightings import Sightings
 from .spool import Spool
 from .trl import first_assistant_index, trl_preference_row
 from .wire import (CALL_SHAPE_ADVICE, DROPPED_MESSAGES, LINK_ADVICE, MISSHAPEN_CALLS, NOT_TEXT, NOT_TEXT_ADVICE,
@@ -215,19 +216,14 @@ class _PairTally:
         self.same_reply = 0  # pairs written whose chosen and rejected replies are the same
         self.empty_chosen = 0  # pairs written whose chosen reply has no words and no tool call
         self.two_systems = 0  # pairs written with a side that opens with two system turns
-        self.undeclared = 0  # pairs whose chosen side calls a tool the export's tools do not declare, the first's
-        self.first_undeclared = None  # (output line, tool name)
-        self.misshapen = 0  # pairs with a side whose tool calls are not call objects (``WireStats``), the first's
-        self.first_misshapen = None  # output line
-        self.left_out = 0  # pairs with a side holding messages to_wire left out (``WireStats.dropped``), the first's
-        self.first_left_out = None  # (output line, which message)
-        self.textless = 0  # pairs with a side holding a turn whose content is not text (``WireStats``), the first's
-        self.first_textless = None  # (output line, which turn)
-        self.bad_links = 0  # pairs with a side whose tool results do not pair up with its calls, the first's
-        self.first_bad_link = None  # (output line, where and how: ``_side_link_problem``)
+        # pairs written, each seen at its output line (with what was seen there): whose chosen side calls a tool the
+        # export's tools do not declare (and its name); with a side whose tool calls are not call objects
+        # (``WireStats.misshapen``), holding messages to_wire left out (``dropped``: and which), holding a turn
+        # whose content is not text (``textless``: and which), whose tool results do not pair up with its calls
+        # (and where and how: ``_side_link_problem``); TRL pairs with a tool turn inside a side
+        self.undeclared, self.misshapen, self.left_out = Sightings(), Sightings(), Sightings()
+        self.textless, self.bad_links, self.tool_results = Sightings(), Sightings(), Sightings()
         self.judged_rejected = 0  # pairs written that the pairwise judge decided for the rejected side
-        self.tool_results = 0  # TRL pairs with a tool turn inside a side, the first's output line
-        self.first_tool_result = None
 
     def consume(self, outcome, position):
         tick(self.progress, self.n_entries + self.skipped + 1)
@@ -262,9 +258,7 @@ class _PairTally:
          tool_results) = facts
         self.judged_rejected += judged_rejected
         if tool_results:
-            self.tool_results += 1
-            if self.first_tool_result is None:
-                self.first_tool_result = self.n_out + 1
+            self.tool_results.see(self.n_out + 1)
         self.roundtrip.record(2 * self.n_out, *chosen_calls)
         self.roundtrip.record(2 * self.n_out + 1, *rejected_calls)
         self.leaks.record(leak)
@@ -284,25 +278,15 @@ class _PairTally:
         self.empty_chosen += empty_chosen
         self.two_systems += two_systems
         if undeclared is not None:
-            self.undeclared += 1
-            if self.first_undeclared is None:
-                self.first_undeclared = (self.n_out + 1, undeclared)
+            self.undeclared.see((self.n_out + 1, undeclared))
         if misshapen:
-            self.misshapen += 1
-            if self.first_misshapen is None:
-                self.first_misshapen = self.n_out + 1
+            self.misshapen.see(self.n_out + 1)
         if left_out is not None:
-            self.left_out += 1
-            if self.first_left_out is None:
-                self.first_left_out = (self.n_out + 1, left_out)
+            self.left_out.see((self.n_out + 1, left_out))
         if textless is not None:
-            self.textless += 1
-            if self.first_textless is None:
-                self.first_textless = (self.n_out + 1, textless)
+            self.textless.see((self.n_out + 1, textless))
         if links is not None:
-            self.bad_links += 1
-            if self.first_bad_link is None:
-                self.first_bad_link = (self.n_out + 1, links)
+            self.bad_links.see((self.n_out + 1, links))
         if margin is not None:
             self.n_margins += 1
             self.margin_sum += margin
@@ -529,8 +513,8 @@ def _checked_report(tally, src, format, name="export_preference"):
             "model's. Pair single-turn conversations where that matters.")
     if t.tool_results:
         report.setdefault("warnings", []).append(
-            f"{t.tool_results} of {n_out} pairs have a tool result inside chosen or rejected (first at line "
-            f"{t.first_tool_result} of the output): DPOTrainer scores each side whole, so it counts the tool's "
+            f"{t.tool_results.n} of {n_out} pairs have a tool result inside chosen or rejected (first at line "
+            f"{t.tool_results.first} of the output): DPOTrainer scores each side whole, so it counts the tool's "
             "output as the model's words, pushed up in chosen and down in rejected (spec 4.1's shape has no other "
             "place for it). Where that matters, pair one-turn replies: cut each side after its first assistant turn.")
     if t.other_context:
@@ -572,33 +556,33 @@ def _checked_report(tally, src, format, name="export_preference"):
             f"system prompt too (from the {src.system_source}): two system turns open it, a context the model will "
             f"not see when it runs. {TWO_SYSTEMS_ADVICE}")
     if t.undeclared:
-        line, name = t.first_undeclared
+        line, name = t.undeclared.first
         report.setdefault("warnings", []).append(
-            f"{t.undeclared} of {n_out} pairs have a chosen side that calls a tool the tools written with them (from "
+            f"{t.undeclared.n} of {n_out} pairs have a chosen side that calls a tool the tools written with them (from "
             f"the {src.tools_source}) do not declare (first {called_tool(name)}, line {line} of the output): DPO "
             "pushes the model towards calling a tool it is not given (a rejected side's such call is a fair negative "
             f"and is not counted). {UNDECLARED_ADVICE}")
     if t.misshapen:
         report.setdefault("warnings", []).append(
-            f"{t.misshapen} of {n_out} pairs have a side whose tool calls are not call objects (first at line "
-            f"{t.first_misshapen} of the output): {MISSHAPEN_CALLS}. Written as the spec reads them, they are calls "
+            f"{t.misshapen.n} of {n_out} pairs have a side whose tool calls are not call objects (first at line "
+            f"{t.misshapen.first} of the output): {MISSHAPEN_CALLS}. Written as the spec reads them, they are calls "
             f"with no name and arguments {{}} that pass the round-trip gate. {CALL_SHAPE_ADVICE}")
     if t.left_out:
-        line, what = t.first_left_out
+        line, what = t.left_out.first
         report.setdefault("warnings", []).append(
-            f"{t.left_out} of {n_out} pairs have a side holding {DROPPED_MESSAGES} (first at line {line} of the "
+            f"{t.left_out.n} of {n_out} pairs have a side holding {DROPPED_MESSAGES} (first at line {line} of the "
             f"output: {what}), as the spec reads them: DPO compares sides without them (the instructions the "
             f"replies followed, or a turn of the model's own). {ROLE_ADVICE}")
     if t.textless:
-        line, what = t.first_textless
+        line, what = t.textless.first
         report.setdefault("warnings", []).append(
-            f"{t.textless} of {n_out} pairs have a side holding {NOT_TEXT} (first at line {line} of the output: "
+            f"{t.textless.n} of {n_out} pairs have a side holding {NOT_TEXT} (first at line {line} of the output: "
             f"{what}): DPO compares that JSON (for OpenAI's content parts, [{{\"type\": \"text\", \"text\": "
             "...}]) instead of the words. " + NOT_TEXT_ADVICE)
     if t.bad_links:
-        line, where = t.first_bad_link
+        line, where = t.bad_links.first
         report.setdefault("warnings", []).append(
-            f"{t.bad_links} of {n_out} pairs have a side whose tool results do not pair up with its calls (first at "
+            f"{t.bad_links.n} of {n_out} pairs have a side whose tool results do not pair up with its calls (first at "
             f"line {line} of the output, {where}): written as the side links them (an id-less result takes the "
             "oldest call still waiting, even one an earlier turn left unanswered), it shows the model a result for "
             f"another call, or for none. {LINK_ADVICE}.")

@@ -39,6 +39,7 @@ from .output import check_output, check_outputs, destination, published_one_of, 
 from .progress import check_progress, tick
 from .rows import SchemaCheck, convert_row, training_problems
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
+from .sightings import Sightings
 from .spool import Spool, spool_line
 from .trl import (
     TRL_LOSS_COMPLETION,
@@ -293,22 +294,17 @@ class _SftTally:
         self.no_reply = 0  # rows written with no assistant turn (nothing to train on)
         self.empty_reply = 0  # rows that train an assistant turn with no text and no tool call
         self.two_systems = 0  # rows with their own system message besides the export's system prompt
-        self.undeclared = 0  # rows that call a tool the export's tools do not declare, the first one's
-        self.first_undeclared = None  # (output line, tool name)
-        self.think_left = 0  # rows that train a reply still holding a think tag, the first one's output line
-        self.first_think_left = None
-        self.bad_links = 0  # rows whose tool results do not pair up with their calls, the first one's
-        self.first_bad_link = None  # (output line, where and how: ``link_problem_in``)
+        # rows written, each seen at its output line (with what was seen there): that call a tool the export's tools
+        # do not declare (and its name), that train a reply still holding a think tag, whose tool results do not
+        # pair up with their calls (and where and how: ``link_problem_in``)
+        self.undeclared, self.think_left, self.bad_links = Sightings(), Sightings(), Sightings()
         self.weighted = 0  # source rows whose messages carry a weight (``_carries_weights``)
         self.crashed = 0  # source rows the agent crashed in (``crashed_rollout``)
-        self.misshapen = 0  # source rows with tool calls that are not call objects (``WireStats``), the first's
-        self.first_misshapen = None  # its index among the rows read
-        self.left_out = 0  # source rows with messages to_wire left out (``WireStats.dropped``), the first's
-        self.first_left_out = None  # (index among the rows read, which message)
-        self.textless = 0  # source rows with a turn whose content is not text (``WireStats.textless``), the first's
-        self.first_textless = None  # (index among the rows read, which turn)
-        self.big_int_rows = 0  # TRL rows holding an integer beyond int64 (``_big_ints``), the first one's
-        self.first_big_int = None  # (output line, where, value)
+        # source rows (each seen at its index among the rows read): with tool calls that are not call objects
+        # (``WireStats.misshapen``), with messages to_wire left out (``dropped``: and which), with a turn whose
+        # content is not text (``textless``: and which)
+        self.misshapen, self.left_out, self.textless = Sightings(), Sightings(), Sightings()
+        self.big_int_rows = Sightings()  # TRL rows with an integer beyond int64 (``_big_ints``): (line, where, value)
 
     def use(self, prescan):
         """Take every row's group from a pre-scan: lines are then written final, as they come."""
@@ -329,17 +325,11 @@ class _SftTally:
         self.weighted += weighted
         self.crashed += crashed
         if misshapen:
-            self.misshapen += 1
-            if self.first_misshapen is None:
-                self.first_misshapen = self.rows_read - 1  # a file's and its rows' reports say the same
+            self.misshapen.see(self.rows_read - 1)  # a file's and its rows' reports say the same
         if left_out is not None:
-            self.left_out += 1
-            if self.first_left_out is None:
-                self.first_left_out = (self.rows_read - 1, left_out)
+            self.left_out.see((self.rows_read - 1, left_out))
         if textless is not None:
-            self.textless += 1
-            if self.first_textless is None:
-                self.first_textless = (self.rows_read - 1, textless)
+            self.textless.see((self.rows_read - 1, textless))
         for problems, group, written in entries:
             if problems:
                 self.schema.add(self.n_entries, problems, line and f"{self.source_path}:{line}")
@@ -375,21 +365,13 @@ class _SftTally:
             self.empty_reply += empty_reply
             self.two_systems += two_systems
             if undeclared is not None:
-                self.undeclared += 1
-                if self.first_undeclared is None:
-                    self.first_undeclared = (self.n_out + 1, undeclared)
+                self.undeclared.see((self.n_out + 1, undeclared))
             if think_left:
-                self.think_left += 1
-                if self.first_think_left is None:
-                    self.first_think_left = self.n_out + 1
+                self.think_left.see(self.n_out + 1)
             if links is not None:
-                self.bad_links += 1
-                if self.first_bad_link is None:
-                    self.first_bad_link = (self.n_out + 1, links)
+                self.bad_links.see((self.n_out + 1, links))
             if big:
-                self.big_int_rows += 1
-                if self.first_big_int is None:
-                    self.first_big_int = (self.n_out + 1, *big[0])
+                self.big_int_rows.see((self.n_out + 1, *big[0]))
             if body is not None:  # None: a worker process already serialized the line
                 self.spool.write(body, tail, self.prescan.suffix(g) if self.prescan is not None else None)
             elif tail:  # a worker's line has a tail (True): the splice must look for it
@@ -731,11 +713,11 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             f"{t.calls_without_system} of {t.n_out} rows make tool calls but were exported without a system "
             f"prompt. {NO_SYSTEM_ADVICE}")
     if t.big_int_rows:
-        line, where, value = t.first_big_int
+        line, where, value = t.big_int_rows.first
         digits = int.__repr__(value)
         shown = digits if len(digits) <= 30 else f"{digits[:12]}...({len(digits)} digits)"
         warnings.append(
-            f"{t.big_int_rows} of {t.n_out} rows hold an integer no int64 holds (first at line {line} of the file, "
+            f"{t.big_int_rows.n} of {t.n_out} rows hold an integer no int64 holds (first at line {line} of the file, "
             f"{where}: {shown}): datasets.load_dataset loads such a value as a float (inf beyond a double), or "
             "refuses the file where the path also holds other kinds of value, and the chat template renders what "
             "it loads; write such ids as strings in the run. validate --format trl names each path "
@@ -771,20 +753,22 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             "with '<agent error' out of the export, or rerun them.")
     if t.misshapen:
         warnings.append(
-            f"{t.misshapen} of {t.rows_read} rows hold tool calls that are not call objects (first: row "
-            f"{t.first_misshapen} of the source, counting from 0): {MISSHAPEN_CALLS}. Written as the spec reads "
+            f"{t.misshapen.n} of {t.rows_read} rows hold tool calls that are not call objects (first: row "
+            f"{t.misshapen.first} of the source, counting from 0): {MISSHAPEN_CALLS}. Written as the spec reads "
             "them (text a call per character, a call that is not an object as {}, the call itself for its "
             "function), they train calls with no name and arguments {} that pass the round-trip gate. "
             f"{CALL_SHAPE_ADVICE}")
     if t.left_out:
+        row, what = t.left_out.first
         warnings.append(
-            f"{t.left_out} of {t.rows_read} rows hold {DROPPED_MESSAGES} (first: row {t.first_left_out[0]} of the "
-            f"source, counting from 0: {t.first_left_out[1]}), as the spec reads them: the model is trained on "
+            f"{t.left_out.n} of {t.rows_read} rows hold {DROPPED_MESSAGES} (first: row {row} of the source, "
+            f"counting from 0: {what}), as the spec reads them: the model is trained on "
             f"those conversations without them (its instructions, or a turn of its own). {ROLE_ADVICE}")
     if t.textless:
+        row, what = t.textless.first
         warnings.append(
-            f"{t.textless} of {t.rows_read} rows hold {NOT_TEXT} (first: row {t.first_textless[0]} of the source, "
-            f"counting from 0: {t.first_textless[1]}): the model is trained on, or to say, that JSON (for OpenAI's "
+            f"{t.textless.n} of {t.rows_read} rows hold {NOT_TEXT} (first: row {row} of the source, counting from "
+            f"0: {what}): the model is trained on, or to say, that JSON (for OpenAI's "
             "content parts, [{\"type\": \"text\", \"text\": ...}]) instead of the words. " + NOT_TEXT_ADVICE)
     if t.rows_skipped:  # DECISIONS 15 counts them; the spec skips them without a word
         warnings.append(
@@ -805,8 +789,8 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             "word. Leave those rows out of the export, or export with strip_think=False to keep the thinking.")
     if t.think_left:
         warnings.append(
-            f"{t.think_left} of {t.n_out} rows train an assistant turn that still holds a <think> or </think> tag "
-            f"after strip_think (first at line {t.first_think_left} of the output): strip_think removes whole "
+            f"{t.think_left.n} of {t.n_out} rows train an assistant turn that still holds a <think> or </think> tag "
+            f"after strip_think (first at line {t.think_left.first} of the output): strip_think removes whole "
             "<think>...</think> blocks only, so a reply whose thinking was never closed, or whose opening tag the "
             "chat template wrote, is written with its reasoning and the stray tag, and the model learns to say "
             "them. Close or remove the tags in the run, or leave those rows out of the export.")
@@ -816,15 +800,15 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             f"too (from the {src.system_source}): two system turns open them, a context the model will not see when "
             f"it runs. {TWO_SYSTEMS_ADVICE}")
     if t.undeclared:
-        line, name = t.first_undeclared
+        line, name = t.undeclared.first
         warnings.append(
-            f"{t.undeclared} of {t.n_out} rows call a tool that the tools written with them (from the "
+            f"{t.undeclared.n} of {t.n_out} rows call a tool that the tools written with them (from the "
             f"{src.tools_source}) do not declare (first {called_tool(name)}, line {line} of the output): trained on "
             f"them, the model learns to call a tool it is not given. {UNDECLARED_ADVICE}")
     if t.bad_links:
-        line, where = t.first_bad_link
+        line, where = t.bad_links.first
         warnings.append(
-            f"{t.bad_links} of {t.n_out} rows have tool results that do not pair up with their calls (first at line "
+            f"{t.bad_links.n} of {t.n_out} rows have tool results that do not pair up with their calls (first at line "
             f"{line} of the output, {where}): written as the rows link them (an id-less result takes the oldest "
             "call still waiting, even one an earlier turn left unanswered), such a row shows the model a result for "
             f"another call, or for none, and OpenAI refuses it. {LINK_ADVICE} (validate names each: tool_call_id_*, "
