@@ -145,6 +145,8 @@ def _left_out(row):
         role = str(m.get("role") or "")
         if role not in ("system", "user", "assistant", "tool"):
             return f"role {role!r}" if role else "a message without a role"
+        if role == "assistant" and not m.get("tool_calls") and m.get("function_call"):
+            return "an assistant turn's function_call (OpenAI's older form of tool_calls)"
     return None
 
 

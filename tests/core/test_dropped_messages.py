@@ -31,6 +31,10 @@ SHAPES = {
     "not an object": (_row(USER, "Refunded.", REPLY), "a str where a message object goes"),
     "one object": ({"messages": {"role": "user", "content": "hi"}, "reward": 1.0},
                    "'messages' given as a dict, not a list"),
+    # OpenAI's older calls: the call is left out and the turn written with no words and no call
+    "function_call": (_row(USER, {"role": "assistant", "content": None,
+                                  "function_call": {"name": "refund", "arguments": "{\"id\": 7}"}}, REPLY),
+                      "an assistant turn's function_call (OpenAI's older form of tool_calls)"),
 }
 
 

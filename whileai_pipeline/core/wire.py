@@ -310,7 +310,8 @@ NOT_TEXT = "a turn whose content is not text, written as its JSON text"
 NOT_TEXT_ADVICE = ("Join the text parts of each turn into one string before exporting, or leave those rows out.")
 ROLE_ADVICE = ("A turn is written only with the role 'system', 'user', 'assistant' or 'tool', in lowercase: rename "
                "the others before exporting ('developer' is OpenAI's newer name for 'system'; ShareGPT's 'human' and "
-               "'gpt' are 'user' and 'assistant'), or leave those rows out.")
+               "'gpt' are 'user' and 'assistant'; an assistant turn's function_call goes in its tool_calls, and the "
+               "'function' turn after it is a 'tool' turn), or leave those rows out.")
 
 
 def called_tool(name: str) -> str:
@@ -494,6 +495,8 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
                         "function": {"name": text(fn.get("name") or ""), "arguments": arguments},
                     })
                 entry["tool_calls"] = wire_calls
+            elif dropped is None and message.get("function_call"):  # the format reads tool_calls alone
+                dropped = "an assistant turn's function_call (OpenAI's older form of tool_calls)"
             out.append(entry)
         elif role == "tool":
             if max_tool_output_chars is not None:
