@@ -713,18 +713,13 @@ def _advise_the_run_sidecar(reports, storage, key) -> None:
 
 
 def _name_rows_in_the_run(reports, storage, key, source) -> None:
-    """Name the source row an SFT export's warning names first (``row <i> of the source, counting from 0``) by its
-    line in the run (``_run_line``), in place: the stage holds only the rows exported, so its row numbers are
-    not the run's. A row the run cannot be matched to keeps the library's words."""
-    def in_run(match):
-        line = _run_line(storage, key, source, int(match.group(1)) + 1)
-        return f"(first: {line}" if line else match.group(0)
-
+    """``_said_of_the_run`` for each SFT warning that names its first row by its place in the stage (``row <i> of
+    the source, counting from 0``), in place."""
     for report in reports.values():
         warnings = report.get("warnings") or []
         for i, text in enumerate(warnings):
             if isinstance(text, str) and _SOURCE_ROW in text:
-                warnings[i] = _FIRST_SOURCE_ROW.sub(in_run, text, count=1)
+                warnings[i] = _said_of_the_run(text, storage, key, source)
 
 
 _SOURCE_ROW = "of the source, counting from 0"
@@ -732,14 +727,20 @@ _FIRST_SOURCE_ROW = re.compile(r"\(first: row (\d+) " + re.escape(_SOURCE_ROW))
 
 
 def _said_of_the_run(message, storage, key, source) -> str:
-    """An SFT export's error about a row of its stage ``source`` (``<source>:<line>``) with that row named by
-    its line in the run (``_run_line``), and the library's ``system_prompt=`` advice as the run's sidecar: the
-    stage holds only the rows exported (the passing ones, by default), so its line numbers are not the run's,
-    and a pipeline user neither edits a stage nor passes arguments."""
+    """An SFT export's error or warning about a row of its stage ``source`` (``<source>:<line>``, or a warning's
+    ``(first: row <i> of the source, counting from 0``) with that row named by its line in the run
+    (``_run_line``), and the library's ``system_prompt=`` advice as the run's sidecar: the stage holds only the
+    rows exported (the passing ones, by default), so its numbers are not the run's, and a pipeline user neither
+    edits a stage nor passes arguments. A row the run cannot be matched to keeps the library's words."""
     def in_run(match):
         return _run_line(storage, key, source, int(match.group(1))) or match.group(0)
 
+    def first_in_run(match):
+        line = _run_line(storage, key, source, int(match.group(1)) + 1)
+        return f"(first: {line}" if line else match.group(0)
+
     message = re.sub(re.escape(str(source)) + r":(\d+)", in_run, message)
+    message = _FIRST_SOURCE_ROW.sub(first_in_run, message, count=1)
     sidecar = meta_path_for(_run_file(storage, key))
     return message.replace(SYSTEM_PROMPT_ARGUMENT, f"(or a system_prompt in the run's sidecar {sidecar})")
 
