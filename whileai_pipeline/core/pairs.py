@@ -629,28 +629,19 @@ def build_pairs_file(source, output, *, max_pairs_per_prompt=1, min_margin=1.0, 
         pool = stack.enter_context(WorkerPool(n)) if n > 1 else None  # one pool for both passes
 
         if pool is None:
-            for offset, length, row in iter_jsonl_spans(source):
-                rows += 1
-                tick(progress, rows)
-                fields = pass1_fields(row)
-                if fields == OUT_OF_RANGE:
-                    left_out += 1
-                elif fields == PAIR_ROW:
-                    pair_rows += 1
-                elif fields is not None:
-                    table.add_span(offset, length, fields)
+            spans = ((offset, length, pass1_fields(row)) for offset, length, row in iter_jsonl_spans(source))
         else:
             jobs = ((chunk, pass1_fields, None) for chunk in byte_chunks(source))
-            for results in pool.ordered(map_row_spans, source, jobs):
-                for offset, length, fields in results:
-                    rows += 1
-                    tick(progress, rows)
-                    if fields == OUT_OF_RANGE:
-                        left_out += 1
-                    elif fields == PAIR_ROW:
-                        pair_rows += 1
-                    elif fields is not None:
-                        table.add_span(offset, length, fields)
+            spans = itertools.chain.from_iterable(pool.ordered(map_row_spans, source, jobs))
+        for offset, length, fields in spans:
+            rows += 1
+            tick(progress, rows)
+            if fields == OUT_OF_RANGE:
+                left_out += 1
+            elif fields == PAIR_ROW:
+                pair_rows += 1
+            elif fields is not None:
+                table.add_span(offset, length, fields)
         refuse_pairs_as_rows(pair_rows, rows, len(table))
 
         plan = table.plan(max_pairs_per_prompt=max_pairs_per_prompt, min_margin=min_margin,
