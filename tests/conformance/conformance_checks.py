@@ -481,12 +481,12 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
         exp_extra.add("misshapen")
         event("a row's tool calls are not call objects")
     # ours: source rows whose messages the format has no place for, left out as the spec says
-    left_out = [(i, _left_out(x)) for i, x in enumerate(rows) if _left_out(x) is not None]
+    left_out = [(i, said) for i, x in enumerate(rows) if (said := _left_out(x)) is not None]
     if left_out:
         exp_extra.add("left_out")
         event("a row holds a message the format leaves out")
     # ours: source rows with a turn whose content is not text (OpenAI's content parts), written as JSON text
-    textless = [(i, _textless(x)) for i, x in enumerate(rows) if _textless(x) is not None]
+    textless = [(i, said) for i, x in enumerate(rows) if (said := _textless(x)) is not None]
     if textless:
         exp_extra.add("textless")
         event("a row holds a turn whose content is not text")
@@ -846,14 +846,14 @@ def check_export_preference(ref, ours, pairs, tmp: Path, *, fmt, drop_ties, syst
         exp_extra.add("misshapen")
         event("a pair side's tool calls are not call objects")
     # ours: pairs with a side holding messages the format has no place for, left out as the spec says
-    left_out = [(i, _left_out(pair["chosen"]) or _left_out(pair["rejected"])) for i, pair in enumerate(kept, 1)
-                if _left_out(pair["chosen"]) or _left_out(pair["rejected"])]
+    left_out = [(i, said) for i, pair in enumerate(kept, 1)
+                if (said := _left_out(pair["chosen"]) or _left_out(pair["rejected"]))]
     if left_out:
         exp_extra.add("left_out")
         event("a pair side holds a message the format leaves out")
     # ours: pairs with a side holding a turn whose content is not text, written as JSON text
-    textless = [(i, _textless(pair["chosen"]) or _textless(pair["rejected"])) for i, pair in enumerate(kept, 1)
-                if _textless(pair["chosen"]) or _textless(pair["rejected"])]
+    textless = [(i, said) for i, pair in enumerate(kept, 1)
+                if (said := _textless(pair["chosen"]) or _textless(pair["rejected"]))]
     if textless:
         exp_extra.add("textless")
         event("a pair side holds a turn whose content is not text")

@@ -86,8 +86,8 @@ def _sft_outcomes(raw, plans, long_run=None):
     """What one source row contributes to an export in each format of ``plans``, converted once.
 
     One outcome per plan: (leak facts, (cut by the token cap, carries weights, crashed, tool calls that are not
-    call objects), [(schema problems,
-    group summary, written or None) per training row]). A pure function of (row, plans), so it can run in any
+    call objects, the first message left out, the first turn whose content is not text: ``WireStats``), [(schema
+    problems, group summary, written or None) per training row]). A pure function of (row, plans), so it can run in any
     process; each format's ``_SftTally`` then adds its outcomes up in source order, which keeps the
     output identical however the work was spread. None for a source line that is not an object.
     The plans share every conversion setting (``_plans``): only the format differs. ``long_run``:
