@@ -134,7 +134,8 @@ def test_the_stale_temp_cleaner_takes_only_its_own_files(tmp_path):
     os.close(fd)
     crashed = [live.replace(f".{os.getpid()}.", ".999999999."),  # a killed writer's temp, and its parts
                live.replace(f".{os.getpid()}.", ".999999999.") + ".3.part.tmp",
-               str(tmp_path / ".x.jsonl.999999999.pairs500.part.tmp")]
+               str(tmp_path / ".x.jsonl.999999999.pairs500.part.tmp"),  # as an older version named parts
+               str(tmp_path / ".x.jsonl.999999999.pairs.2.500.part.tmp")]
     os.rename(live, crashed[0])
     for name in crashed[1:]:
         open(name, "w").close()

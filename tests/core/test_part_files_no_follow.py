@@ -1,11 +1,12 @@
 """Worker part files are created, never opened through what already has their name.
 
-Their names are predictable (``.<output>.<pid>.<kind><k>.part.tmp``) and they sit beside the output,
+Their names are predictable (``.<output>.<pid>.<kind>.<writer>.<k>.part.tmp``) and they sit beside the output,
 which may be a folder other accounts can write to. A link planted there must not make a worker
 truncate and fill another file (with rows that still carry their privileged blocks).
 """
 
 import io
+import itertools
 import os
 
 import orjson
@@ -38,7 +39,9 @@ def test_score_file_workers_do_not_write_through_a_planted_link(tmp_path, monkey
     src = _rows(tmp_path / "raw.jsonl")
     dest = tmp_path / "scored.jsonl"
     monkeypatch.setattr(parallel, "CHUNK_BYTES", 1024)
+    monkeypatch.setattr(parallel, "_PART_WRITERS", itertools.count(7))
     victim = _plant(PartFiles(dest, "scored").name(0), tmp_path)
+    monkeypatch.setattr(parallel, "_PART_WRITERS", itertools.count(7))  # score_file's parts get that name
     out = io.BytesIO()
     score_file(src, out, resolve_scorer("reference_match"), ScoreStats(), dest=dest, workers=2)
     assert victim.read_bytes() == VICTIM

@@ -104,8 +104,9 @@ def clean_stale_temps(dest) -> list:
 
 # what follows temp_prefix(dest) in the names of our temp files: the writer's pid, then mkstemp's eight
 # random characters and a kind (``.123.ab_cd9xy.write.tmp``), maybe with a worker part after it
-# (``….spool.tmp.0.part.tmp``), or a kind and part number (``.123.pairs7.part.tmp``, PartFiles)
-_OUR_TEMP = re.compile(r"(\d+)\.(?:[a-z0-9_]{8}\.[a-z]+\.tmp(?:\.\d+\.part\.tmp)?|[a-z]+\d+\.part\.tmp)\Z")
+# (``….spool.tmp.0.part.tmp``), or a kind, writer and part number (``.123.pairs.0.7.part.tmp``, PartFiles;
+# an older version left them without the writer, ``.123.pairs7.part.tmp``)
+_OUR_TEMP = re.compile(r"(\d+)\.(?:[a-z0-9_]{8}\.[a-z]+\.tmp(?:\.\d+\.part\.tmp)?|[a-z]+(?:\.\d+\.)?\d+\.part\.tmp)\Z")
 
 
 def make_parents(directory) -> list:

@@ -19,6 +19,7 @@ import concurrent.futures as cf
 import contextlib
 import errno
 import glob
+import itertools
 import json
 import mmap
 import multiprocessing
@@ -475,18 +476,22 @@ def _names_a_part(exc, output) -> bool:
     return where.parent == output.parent and where.name.startswith(temp_prefix(output))
 
 
+_PART_WRITERS = itertools.count()  # one number per PartFiles of this process
+
+
 class PartFiles:
     """Names for worker part files beside an output (``append_part`` them in order); the ones left
     when the work ends, however it ends, are removed. Enter it before the ``WorkerPool`` whose tasks
     write the parts: the pool then stops (its running tasks end) before they are removed.
 
     They are named like every temp file beside the output (``.<name>.<pid>.…tmp``), so a crashed
-    run's leftovers are cleaned by the next writer (``atomic.clean_stale_temps``).
+    run's leftovers are cleaned by the next writer (``atomic.clean_stale_temps``). A number of their own
+    keeps two writers of one output in one process (two threads) from meeting in each other's parts.
     """
 
     def __init__(self, output, kind):
         output = Path(os.path.abspath(output))
-        self._prefix = str(output.parent / f"{temp_prefix(output)}{os.getpid()}.{kind}")
+        self._prefix = str(output.parent / f"{temp_prefix(output)}{os.getpid()}.{kind}.{next(_PART_WRITERS)}.")
 
     def name(self, k):
         return f"{self._prefix}{k}.part.tmp"
