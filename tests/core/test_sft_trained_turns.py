@@ -54,6 +54,32 @@ def test_no_empty_reply_warning_when_every_reply_has_words_or_a_call(tmp_path):
     assert _warning(report, EMPTY) is None
 
 
+# the run's own reply is blank: no <think> block was removed, and strip_think=False would not help
+BLANK = {"messages": [{"role": "user", "content": "Where is order 6?"}, {"role": "assistant", "content": "  "}],
+         "reward": 0}
+
+
+def test_the_empty_reply_warning_names_the_first_row_and_says_what_emptied_it(tmp_path):
+    """It said every empty turn was "e.g. a reply that was only a <think> block" and advised strip_think=False,
+    also for a reply the run left blank, which that does not mend, and did not say where the first one was."""
+    think, blank = (tmp_path / "think.jsonl", "thinking"), (tmp_path / "blank.jsonl", "blank")
+    said = {}
+    for (out, name), rows in ((think, [FINE, THINK_ONLY, BLANK]), (blank, [FINE, CALL_ONLY, BLANK])):
+        report = wai.export_dataset(rows, out, system_prompt="You track orders.")
+        said[name] = [w for w in report.get("warnings", []) if EMPTY.match(w)]
+    assert said["thinking"] == [
+        "2 of 3 rows train an assistant turn with no text and no tool call (first at line 2 of the output); in 1 "
+        "of them strip_think removed a reply that was only a <think> block: the model learns to end its turn "
+        "without a word. Leave those rows out of the export, or export with strip_think=False to keep the "
+        "thinking."]
+    assert said["blank"] == [
+        "1 of 3 rows train an assistant turn with no text and no tool call (first at line 3 of the output), "
+        "empty in the run itself: the model learns to end its turn without a word. Leave those rows out of the "
+        "export."]
+    rows = [json.loads(line) for line in think[0].read_text(encoding="utf-8").splitlines()]
+    assert [r["messages"][-1]["content"] for r in rows] == ["It is on its way.", "", ""]
+
+
 def test_trl_final_mode_counts_only_the_turn_trained(tmp_path):
     """An empty turn in the prompt of a prompt/completion row is context, not trained: no warning."""
     row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "   "},

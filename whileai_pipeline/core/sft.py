@@ -110,7 +110,7 @@ def _sft_outcomes(raw, plans, long_run=None):
         for plan, written in zip(plans, entries):
             written.append((problems, group, _written(entry, plan, objects, long_run, stats.unlinked)))
     flags = (raw.get("finish_reason") == "length", _carries_weights(raw.get("messages")), crashed_rollout(raw),
-             stats.misshapen, stats.dropped, stats.textless)
+             stats.misshapen, stats.dropped, stats.textless, stats.emptied)
     return [(leak, flags, written) for written in entries]
 
 
@@ -292,7 +292,8 @@ class _SftTally:
         self.going_on = 0  # TRL completions that go on after their last assistant turn
         self.replies_masked = 0  # openai rows whose loss_mask leaves an assistant turn out
         self.no_reply = 0  # rows written with no assistant turn (nothing to train on)
-        self.empty_reply = 0  # rows that train an assistant turn with no text and no tool call
+        self.empty_reply = Sightings()  # rows written that train an assistant turn with no text and no tool call
+        self.think_emptied = 0  # of those, rows where strip_think emptied a turn (``WireStats.emptied``)
         self.two_systems = 0  # rows with their own system message besides the export's system prompt
         # rows written, each seen at its output line (with what was seen there): that call a tool the export's tools
         # do not declare (and its name), that train a reply still holding a think tag, whose tool results do not
@@ -319,7 +320,7 @@ class _SftTally:
         if outcome is None:
             self.rows_skipped += 1
             return
-        leak, (length_cut, weighted, crashed, misshapen, left_out, textless), entries = outcome
+        leak, (length_cut, weighted, crashed, misshapen, left_out, textless, emptied), entries = outcome
         self.leaks.record(leak)
         self.n_length_cut += length_cut
         self.weighted += weighted
@@ -362,7 +363,9 @@ class _SftTally:
             self.going_on += goes_on
             self.replies_masked += masks_a_reply
             self.no_reply += no_reply
-            self.empty_reply += empty_reply
+            if empty_reply:
+                self.empty_reply.see(self.n_out + 1)
+                self.think_emptied += emptied
             self.two_systems += two_systems
             if undeclared is not None:
                 self.undeclared.see((self.n_out + 1, undeclared))
@@ -783,10 +786,13 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
             f"replied), so nothing to train on: {consumer}. Leave those rows out of the export (validate names "
             "them: no_assistant_message).")
     if t.empty_reply:
+        cause = (f"; in {t.think_emptied} of them strip_think removed a reply that was only a <think> block"
+                 if t.think_emptied else ", empty in the run itself")
         warnings.append(
-            f"{t.empty_reply} of {t.n_out} rows train an assistant turn with no text and no tool call (e.g. a reply "
-            "that was only a <think> block, removed by strip_think): the model learns to end its turn without a "
-            "word. Leave those rows out of the export, or export with strip_think=False to keep the thinking.")
+            f"{t.empty_reply.n} of {t.n_out} rows train an assistant turn with no text and no tool call (first at line "
+            f"{t.empty_reply.first} of the output){cause}: the model learns to end its turn without a word. Leave "
+            "those rows out of the export" + (", or export with strip_think=False to keep the thinking."
+                                              if t.think_emptied else "."))
     if t.think_left:
         warnings.append(
             f"{t.think_left.n} of {t.n_out} rows train an assistant turn that still holds a <think> or </think> tag "

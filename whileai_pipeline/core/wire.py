@@ -371,13 +371,15 @@ class WireStats:
     links them: only then is ``tool_link_problem`` worth reading the written messages for); ``misshapen``:
     whether a message's tool calls were not call objects (see ``to_wire``); ``dropped``: the first message
     ``to_wire`` left out, said as a warning says it (``"role 'developer'"``), or None; ``textless``: the first
-    system, user or assistant turn whose content is not text (``"the user turn's content is a list"``), or None."""
+    system, user or assistant turn whose content is not text (``"the user turn's content is a list"``), or None;
+    ``emptied``: whether ``strip_think`` left an assistant turn without a call and without a word (a reply that
+    was only a ``<think>`` block), which tells such a turn from one the run itself left blank."""
 
-    __slots__ = ("cuts", "unlinked", "misshapen", "dropped", "textless")
+    __slots__ = ("cuts", "unlinked", "misshapen", "dropped", "textless", "emptied")
 
     def __init__(self):
         self.cuts = []
-        self.unlinked = self.misshapen = False
+        self.unlinked = self.misshapen = self.emptied = False
         self.dropped = self.textless = None
 
     @property
@@ -437,6 +439,7 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
     misshapen = False  # tool_calls not a list, a call not an object, a function not an object
     dropped = None  # the first message left out (spec 3.4): a role the format has not, an item that is no object
     textless = None  # the first system, user or assistant turn whose content is not text (content parts, say)
+    emptied = False  # an assistant turn without a call that strip_think left with no words
     if messages and not isinstance(messages, (list, tuple)):
         dropped = f"'messages' given as {_a(messages)}, not a list"  # its keys or characters follow
     for message in _iterable(messages, "messages", "a list of message objects"):
@@ -457,7 +460,10 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
             if pending:
                 unlinked = True
             if strip_think:
-                content = strip_think_blocks(content)
+                stripped = strip_think_blocks(content)
+                if not stripped and content and not emptied:
+                    emptied = not content.isspace() and not message.get("tool_calls")
+                content = stripped
             entry = {"role": "assistant", "content": content}
             calls = message.get("tool_calls")
             if calls:
@@ -529,6 +535,7 @@ def to_wire(messages, *, system="", strip_think=True, max_tool_output_chars=None
     if stats is not None:
         stats.unlinked |= unlinked
         stats.misshapen |= misshapen
+        stats.emptied |= emptied
         if stats.dropped is None:
             stats.dropped = dropped
         if stats.textless is None:
