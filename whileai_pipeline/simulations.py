@@ -6,9 +6,9 @@ points; DECISIONS.md itself is not in this repository). Pure Python: no Dagster 
 """
 
 from .core.conversation import conversation
-from .core.errors import (BadJsonlError, BadRowError, ExportError, GateError, NoPreferencePairsError,
-                          OutputIsSourceError, PrivilegedLeakError, RoundtripInvalidError, SchemaInvalidError, SourceChangedError,
-                          WorkerLostError, WriteFailedError)
+from .core.errors import (BadJsonlError, BadRowError, ExportError, GateError, JudgeStalledError,
+                          NoPreferencePairsError, OutputIsSourceError, PrivilegedLeakError, RoundtripInvalidError,
+                          SchemaInvalidError, SourceChangedError, WorkerLostError, WriteFailedError)
 from .core.export import (export_dataset, export_datasets, export_preference, export_preferences, export_training,
                           iter_training_rows, training_rows)
 from .core.gates import FORMATS as EXPORT_FORMATS, leak_report, scrub, tool_call_roundtrip
@@ -20,7 +20,8 @@ from .core.runs import Profile, Run, load_run, sidecar_path
 from .core.trl import to_trl
 
 __all__ = [
-    "BadJsonlError", "BadRowError", "EXPORT_FORMATS", "ExportError", "GateError", "MASK_MODES", "NoPreferencePairsError",
+    "BadJsonlError", "BadRowError", "EXPORT_FORMATS", "ExportError", "GateError", "JudgeStalledError", "MASK_MODES",
+    "NoPreferencePairsError",
     "OutputIsSourceError", "PrivilegedLeakError", "Profile", "RoundtripInvalidError", "Run", "SchemaInvalidError",
     "SourceChangedError", "WorkerLostError",
     "build_preference_pairs", "conversation", "export_dataset", "export_datasets", "export_preference",

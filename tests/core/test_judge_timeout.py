@@ -93,11 +93,15 @@ def test_judging_stops_after_five_calls_in_a_row_go_unanswered():
         release.wait()
 
     try:
-        with pytest.raises(JudgeStalledError, match=r"^judge_stalled: the judge judge answered none of 5 calls in a "
-                                                    r"row within 0\.05 s each; judging stopped there\. "):
+        # caught by the name the public API gives it, as every documented error: it was only in core.judge
+        with pytest.raises(wai.JudgeStalledError, match=r"^judge_stalled: the judge judge answered none of 5 calls "
+                                                        r"in a row within 0\.05 s each; judging stopped there\. "):
             wai.judge_pairs(_pairs(20), judge, concurrency=1, timeout=0.05)
     finally:
         release.set()
+    from whileai_pipeline.core import errors
+    assert wai.JudgeStalledError is errors.JudgeStalledError is JudgeStalledError
+    assert issubclass(JudgeStalledError, ValueError) and "JudgeStalledError" in wai.__all__
     assert len(calls) == 5
 
 

@@ -136,3 +136,8 @@ class WorkerLostError(ExportError):
 
     def __reduce__(self):
         return type(self), (self.path,)
+
+
+class JudgeStalledError(ValueError):
+    """The judge stopped answering (``judge_stalled:``): too many calls in a row went unanswered, or too
+    many are still running, so judging stops instead of failing pair after pair."""

@@ -15,6 +15,7 @@ import re
 import threading
 
 from .arguments import check_rows, refuse_pairs_with_report, whole_number
+from .errors import JudgeStalledError
 from .gates import scrub
 from .text import text
 
@@ -74,10 +75,6 @@ STALLED_CALLS = 5
 # and then, never five times in a row, would otherwise leave a thread behind each time until none can start
 ABANDONED_CALLS = 32
 ABANDONED_NAME = "judge-call-abandoned"
-
-
-class JudgeStalledError(ValueError):
-    pass
 
 
 def _answer_within(judge, a, b, timeout):
