@@ -180,9 +180,14 @@ def test_a_killed_run_worker_is_retried_to_the_exports_and_a_failed_gate_is_not(
                        [e.message for e in instance.all_logs(retry.run_id)]), left
             assert _jsonl_files(storage.published_dir(key)) == expected
 
-            # the run that failed its gates: failed on a step, and the daemon declined to retry it
-            gated, *retried = _runs(instance, leaky)
-            assert not retried, "the run that failed its gates was retried"
+            # the run that failed its gates: failed on a step, and the daemon declined to retry it. On a loaded
+            # machine a run of it may fail before its steps run (the code server not answering yet): that one is
+            # retried, as the docs say, so the gated run is the last of its runs, not always the first.
+            runs = _runs(instance, leaky)
+            said = [(r.run_id, r.status, r.tags) for r in runs], procs.logs()
+            gated = runs[-1]
+            assert [r.tags.get("dagster/failure_reason") for r in runs].count("STEP_FAILURE") == 1, said
+            assert all(r.status == dg.DagsterRunStatus.FAILURE for r in runs), said
             assert gated.status == dg.DagsterRunStatus.FAILURE
             assert gated.tags["dagster/failure_reason"] == "STEP_FAILURE"
             assert gated.tags["dagster/will_retry"] == "false"
