@@ -376,15 +376,21 @@ def _why_nothing(result, asset, md, fmt):
             return f"the judge called all {ties.value} pairs ties, which the export drops (drop_ties)"
         built = upstream("preference_pairs")
         if built.get("pairs") == 0 and "prompts_seen" in built:
+            scored = upstream("scored_simulation_data")
+            ungraded = scored.get("ungraded", 0)
+            # pairing reads rewards alone: "0 of 0 prompts" would hide that there were rows, none graded
+            if not built["prompts_seen"] and ungraded and not scored.get("fails") and not scored.get("passes"):
+                return (f"preference_pairs built no pairs: none of the {ungraded} rows has a reward to pair on "
+                        f"({ungraded} ungraded)")
             return (f"preference_pairs built no pairs: {built.get('prompts_with_contrast', 0)} of "
                     f"{built['prompts_seen']} prompts have rollouts whose rewards differ by at least min_margin")
         return None
     scored = upstream("scored_simulation_data")
-    if scored.get("passes") == 0 and scored.get("fails"):
-        ungraded = f", {scored['ungraded']} ungraded" if scored.get("ungraded") else ""
-        rows = scored.get("dagster/row_count", scored["fails"])
-        return (f"none of the {rows} rows passed ({scored['fails']} failed{ungraded}), and sft_rows: pass exports "
-                "passing rows only")
+    fails, ungraded = scored.get("fails", 0), scored.get("ungraded", 0)
+    if scored.get("passes") == 0 and (fails or ungraded):
+        counts = ", ".join(f"{n} {what}" for n, what in ((fails, "failed"), (ungraded, "ungraded")) if n)
+        rows = scored.get("dagster/row_count", fails + ungraded)
+        return f"none of the {rows} rows passed ({counts}), and sft_rows: pass exports passing rows only"
     return None
 
 

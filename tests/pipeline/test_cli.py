@@ -1131,6 +1131,22 @@ def test_an_export_that_writes_nothing_says_why(home, tmp_path, monkeypatch):
                 "pairs: 0 of ") in text, text
         assert " prompts have rollouts whose rewards differ by at least min_margin\n" in text, text
 
+    # no row graded (reference_match with no reference to compare): it said nothing of why for SFT, and
+    # "0 of 0 prompts have rollouts ..." for DPO although every row has a prompt
+    ungraded = tmp_path / "ungraded.jsonl"
+    write_rows(ungraded, [{"prompt": "p", "scenario_id": "s", "rollout_index": i, "reward": r, "final_text": "x" * i}
+                          for i, r in enumerate([1, 0, 1, 0])])
+    config = tmp_path / "match.yaml"
+    config.write_text("scorer: reference_match\n")
+    out = io.StringIO()
+    assert run_chain(ungraded, config_file=config, home=home, out=out) == 0
+    text = out.getvalue()
+    for fmt in ("openai", "trl"):
+        assert (f"  sft_export [{fmt}]: nothing written (0 rows; nothing to publish): none of the 4 rows passed "
+                "(4 ungraded), and sft_rows: pass exports passing rows only\n") in text, text
+        assert (f"  dpo_export [{fmt}]: nothing written (0 pairs; nothing to publish): preference_pairs built no "
+                "pairs: none of the 4 rows has a reward to pair on (4 ungraded)\n") in text, text
+
 
 def test_rows_whose_privileged_block_is_text_are_said_in_the_cli_output(home, tmp_path, monkeypatch):
     """A row whose privileged block is JSON text, not an object: the leak gates cannot read it, so a reply
