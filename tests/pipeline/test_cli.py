@@ -424,13 +424,27 @@ def test_errors_name_the_files_the_user_gave_not_their_inbox_copies(home, tmp_pa
     assert run_chain(src, home=home, out=out) == 1
     assert f"  step raw_simulation_data failed: bad_jsonl: {src}:3: " in out.getvalue(), out.getvalue()
     assert str(home / "inbox") not in out.getvalue().split("dagster run")[1]
+
+
+@pytest.mark.parametrize("sidecar,said", [('{"system_prompt": ', "not valid JSON ("),
+                                          ("[1, 2]", "expected a JSON object"),
+                                          ('{"tools": "lookup"}', "'tools' must be a list of tool schemas")])
+def test_a_bad_sidecar_is_refused_before_the_run_is_copied_into_the_inbox(home, tmp_path, monkeypatch, capsys,
+                                                                          sidecar, said):
+    """Exit 2, nothing ran, as for a sidecar that is a folder. It was copied into the inbox with the run, where the
+    sensor watches, and the raw stage then failed on it (exit 1), leaving both there."""
+    from whileai_pipeline.cli import main
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    src = tmp_path / "night.jsonl"
     src.write_bytes(SAMPLE.read_bytes())
-    src.with_name("night.meta.json").write_text('{"system_prompt": ')
-    out = io.StringIO()
-    assert run_chain(src, home=home, out=out) == 1
-    assert (f"  step raw_simulation_data failed: bad_sidecar: {src.with_name('night.meta.json')}: not valid JSON "
-            "(") in out.getvalue(), out.getvalue()
-    assert "each line must be one JSON object" not in out.getvalue()
+    meta = src.with_name("night.meta.json")
+    meta.write_text(sidecar)
+    for command in ("run", "register"):
+        assert main([command, str(src), "--home", str(home)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"whileai-pipeline: error: bad_sidecar: {meta}: {said}") and err.count("\n") == 1, err
+        assert not (home / "inbox").exists() or os.listdir(home / "inbox") == []
 
 
 def test_the_cli_says_how_many_lines_were_quarantined(home, tmp_path, monkeypatch):

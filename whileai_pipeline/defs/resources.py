@@ -37,7 +37,7 @@ from pydantic import Field
 from whileai_pipeline.core.atomic import TMP_SUFFIX, atomic_file
 from whileai_pipeline.core.errors import ExportError, SourceChangedError, WriteFailedError
 from whileai_pipeline.core.jsonl import require_file, sha256_file
-from whileai_pipeline.core.runs import check_unchanged, file_stamp, sidecar_file, sidecar_path
+from whileai_pipeline.core.runs import check_unchanged, file_stamp, read_sidecar_file, sidecar_file, sidecar_path
 from whileai_pipeline.core.settings import seconds_from_env
 
 ENV_HOME = "WHILEAI_PIPELINE_HOME"
@@ -333,6 +333,8 @@ class PipelineStorage(dg.ConfigurableResource):
         key = partition_key_for_name(name) if name else partition_key_for(source)
         dest = self.run_path(key)
         meta_src = sidecar_file(source)  # a folder by its name is refused before anything is copied
+        if meta_src is not None:
+            read_sidecar_file(meta_src)  # and so is one the raw stage would refuse (bad_sidecar), not left in the inbox
         meta_dest = self.run_meta_path(key)
         if meta_dest.is_dir() and not meta_dest.is_symlink():  # can be neither replaced nor removed
             raise ExportError(f"bad_sidecar: {meta_dest}: a folder by the name of the run's sidecar in the inbox; "
