@@ -97,7 +97,7 @@ def test_cli_says_why_it_cannot_open_the_instance_and_runs_nothing(tmp_path, pg_
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert "Traceback" not in proc.stderr
         error = [line for line in proc.stderr.splitlines() if line.startswith("whileai-pipeline: error:")]
-        assert len(error) == 1, proc.stderr
+        assert len(error) == 1 and proc.stderr.splitlines()[-1] == error[0], proc.stderr
         assert f"cannot open the Dagster instance of DAGSTER_HOME={home} ({home / 'dagster.yaml'})" in error[0]
         if broken == "unset_variable":
             assert '"DAGSTER_PG_HOST" which is not set' in error[0]
