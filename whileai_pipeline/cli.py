@@ -330,7 +330,7 @@ def _export_lines(result, storage, key):
         for fmt in formats:
             rows = md.get(f"{fmt}/rows_written") or md.get(f"{fmt}/pairs")
             count = rows.value if rows is not None else "?"
-            unit = "rows" if asset == "sft_export" else "pairs"
+            unit = ("row" if asset == "sft_export" else "pair") + ("" if count == 1 else "s")
             for label in ("published_path", "rejected_path"):
                 if f"{fmt}/{label}" in md:
                     where = md[f"{fmt}/{label}"].value

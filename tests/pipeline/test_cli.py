@@ -1162,6 +1162,23 @@ def test_an_export_that_writes_nothing_says_why(home, tmp_path, monkeypatch):
                 "pairs: none of the 4 rows has a reward to pair on (4 ungraded)\n") in text, text
 
 
+def test_one_row_and_one_pair_are_said_in_the_singular(home, tmp_path, monkeypatch):
+    """'published 1 pairs -> ...' read as a typo in the one line a CI log shows of an export."""
+    from whileai_pipeline.cli import run_chain
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    src = tmp_path / "one.jsonl"
+    write_rows(src, [{"prompt": "Where is order 5?", "scenario_id": "s", "rollout_index": i, "reward": r,
+                      "final_text": text} for i, (r, text) in enumerate([(1, "It shipped on Monday."),
+                                                                          (0, "No idea.")])])
+    out = io.StringIO()
+    assert run_chain(src, home=home, out=out) == 0
+    text = out.getvalue()
+    for fmt in ("openai", "trl"):
+        assert f"  sft_export [{fmt}]: published 1 row -> " in text, text
+        assert f"  dpo_export [{fmt}]: published 1 pair -> " in text, text
+
+
 def test_rows_whose_privileged_block_is_text_are_said_in_the_cli_output(home, tmp_path, monkeypatch):
     """A row whose privileged block is JSON text, not an object: the leak gates cannot read it, so a reply
     quoting it is published with the gate green (other rows were checked). The raw step warned only in its log,
