@@ -10,6 +10,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+import whileai_pipeline.simulations as wai
+
 from .conftest import SAMPLE, SAMPLE_META, leaking_rows, read_rows, sample_rows, tree_bytes, write_rows
 
 pytestmark = pytest.mark.pipeline
@@ -1160,6 +1162,25 @@ def test_an_export_that_writes_nothing_says_why(home, tmp_path, monkeypatch):
                 "(4 ungraded), and sft_rows: pass exports passing rows only\n") in text, text
         assert (f"  dpo_export [{fmt}]: nothing written (0 pairs; nothing to publish): preference_pairs built no "
                 "pairs: none of the 4 rows has a reward to pair on (4 ungraded)\n") in text, text
+
+
+def test_a_dpo_export_given_as_the_run_is_not_told_to_fix_a_line(home, tmp_path, monkeypatch):
+    """The whole file is the wrong one: the advice was also the one for a broken line ("Fix or remove that line
+    (each line must be one JSON object, UTF-8 encoded)"), which no line of it needs."""
+    from whileai_pipeline.cli import run_chain
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    rows = [{"prompt": "Where is order 5?", "scenario_id": "s", "rollout_index": i, "reward": r, "final_text": text}
+            for i, (r, text) in enumerate([(1, "It shipped on Monday."), (0, "No idea.")])]
+    pairs, _ = wai.build_preference_pairs(rows)
+    dpo = tmp_path / "dpo.jsonl"
+    wai.export_preference(pairs, dpo)
+    out = io.StringIO()
+    assert run_chain(dpo, home=home, out=out) == 1
+    failed = [line for line in out.getvalue().splitlines() if "step raw_simulation_data failed" in line]
+    assert failed == [f"  step raw_simulation_data failed: bad_jsonl: {dpo}:1: a preference pair ('chosen' and "
+                      "'rejected'), not a trajectory: this file looks like a DPO export or a pairs file; pass the "
+                      "simulation run the pairs were made from."], out.getvalue()
 
 
 def test_one_row_and_one_pair_are_said_in_the_singular(home, tmp_path, monkeypatch):

@@ -12,21 +12,22 @@ class ExportError(ValueError):
     given as a source path is a FileNotFoundError."""
 
 
-class BadJsonlError(ExportError):
-    """A JSONL line could not be read; the message names ``path:line``."""
+LINE_ADVICE = "Fix or remove that line (each line must be one JSON object, UTF-8 encoded)."
 
-    def __init__(self, path, line, reason):
+
+class BadJsonlError(ExportError):
+    """A JSONL line could not be read; the message names ``path:line``. ``advice`` follows the reason; None
+    for a reason that already says what to do (a whole file of the wrong kind: no line of it needs fixing)."""
+
+    def __init__(self, path, line, reason, advice=LINE_ADVICE):
         self.path = str(path)
         self.line = line
         self.reason = reason
-        super().__init__(
-            f"bad_jsonl: {path}:{line}: {reason}. Fix or remove that line "
-            "(each line must be one JSON object, UTF-8 encoded)."
-        )
-
+        self.advice = advice
+        super().__init__(f"bad_jsonl: {path}:{line}: {reason}." + (f" {advice}" if advice else ""))
 
     def __reduce__(self):  # survives the trip back from a worker process
-        return type(self), (self.path, self.line, self.reason)
+        return type(self), (self.path, self.line, self.reason, self.advice)
 
 
 class BadRowError(ExportError):

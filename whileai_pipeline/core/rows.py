@@ -21,6 +21,10 @@ _CARRIED = frozenset(CARRIED_KEYS)
 _CARRIED_ORDER = {key: i for i, key in enumerate(CARRIED_KEYS)}
 
 
+# what ``shape_problem`` says of a preference pair given as a trajectory: the whole file is the wrong one
+PAIRS_FILE = "this file looks like a DPO export or a pairs file"
+
+
 def shape_problem(row: dict):
     """Why a trajectory cannot be exported as it stands, or None: ``messages`` that is not a list, or
     a ``tool_calls`` that is not a list of call objects. The exporters would crash on it (a number), or
@@ -32,8 +36,8 @@ def shape_problem(row: dict):
     if not (messages or row.get("steps") or row.get("final_text")):
         for sides in (("chosen", "rejected"), ("preferred_output", "non_preferred_output")):  # TRL's, OpenAI's
             if sides[0] in row and sides[1] in row:
-                return (f"a preference pair ({sides[0]!r} and {sides[1]!r}), not a trajectory: this file looks "
-                        "like a DPO export or a pairs file; pass the simulation run the pairs were made from")
+                return (f"a preference pair ({sides[0]!r} and {sides[1]!r}), not a trajectory: {PAIRS_FILE}; pass "
+                        "the simulation run the pairs were made from")
     if not messages:
         return None  # rebuilt from prompt and steps
     if not isinstance(messages, list):

@@ -26,12 +26,13 @@ import dagster as dg
 import whileai_pipeline.simulations as wai
 from whileai_pipeline.core import preference, sft
 from whileai_pipeline.core.atomic import atomic_file
-from whileai_pipeline.core.errors import BadJsonlError, ExportError, SourceChangedError, WriteFailedError
+from whileai_pipeline.core.errors import (LINE_ADVICE, BadJsonlError, ExportError, SourceChangedError,
+                                          WriteFailedError)
 from whileai_pipeline.core.jsonl import _BLANK, dumps_line, iter_jsonl, parse_line, sha256_file
 from whileai_pipeline.core.judge import JudgeStalledError, judge_pairs_file
 from whileai_pipeline.core.pairs import build_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
-from whileai_pipeline.core.rows import SYSTEM_PROMPT_ARGUMENT, shape_problem
+from whileai_pipeline.core.rows import PAIRS_FILE, SYSTEM_PROMPT_ARGUMENT, shape_problem
 from whileai_pipeline.core.runs import (SIMULATE_DONE, progress_path, read_sidecar_file, sidecar_file,
                                         simulate_stage)
 from whileai_pipeline.core.scoring import (ScoreStats, ScorerError, load_callable, passing_rows_file, resolve_scorer,
@@ -267,7 +268,7 @@ def raw_simulation_data(
                 for lineno, facts in raw_facts(snapshot, digest):
                     tick(progress, stats.rows + 1)
                     if isinstance(facts, str):  # why the line is not a trajectory
-                        raise BadJsonlError(src, lineno, facts)
+                        raise BadJsonlError(src, lineno, facts, None if PAIRS_FILE in facts else LINE_ADVICE)
                     stats.add_facts(facts)
             except ExportError as exc:  # a bad line, a lost worker: said of the run file, not of our snapshot
                 message = str(exc).replace(str(snapshot), str(src))
