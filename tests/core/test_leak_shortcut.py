@@ -110,3 +110,50 @@ def test_invisible_characters_hide_no_quote(replies, final, quote, put_in):
     row = {"prompt": "q", "steps": [{"text": r} for r in replies], "final_text": final,
            "privileged": {"reference": secret}}
     assert leak_verdict(row) == _slow_verdict(row)
+
+
+@settings(max_examples=300, deadline=None)
+@given(replies=st.lists(TEXT, min_size=1, max_size=4), final=TEXT, secrets=st.lists(TEXT, max_size=3),
+       quote=st.data())
+def test_the_linear_reading_of_a_text_that_repeats_a_word_gives_the_same_verdict(replies, final, secrets, quote):
+    """With no tries of the word-by-word search left (as for a reply stuck repeating one word), the words are
+    read from the whole text at once; the verdict is the same."""
+    from whileai_pipeline.core import gates
+
+    joined = " ".join(replies)
+    a = quote.draw(st.integers(0, len(joined)))
+    b = quote.draw(st.integers(a, len(joined)))
+    secrets = secrets + [joined[a:b].upper(), "  " + joined[a:b].replace(" ", "\u2003 ") + "\n"]
+    row = {"prompt": "q", "steps": [{"text": r} for r in replies], "final_text": final,
+           "privileged": {"reference": secrets[0], "principle": secrets[1:]}}
+    tries = gates.SAYS_TRIES
+    gates.SAYS_TRIES = quote.draw(st.integers(0, 2))
+    try:
+        assert leak_verdict(row) == _slow_verdict(row)
+    finally:
+        gates.SAYS_TRIES = tries
+
+
+def test_a_reply_stuck_repeating_a_word_is_searched_a_bounded_number_of_times(monkeypatch):
+    """Each try of the word-by-word search may run the length of the needle: a reply repeating one word 20,000
+    times, against a needle repeating it 1,000 times, took 1,000 times 20,000 steps (3 s a row; 15 s at 50,000
+    words), where the reference is linear. Counted, not timed: the tries stop at SAYS_TRIES."""
+    from whileai_pipeline.core import gates
+
+    class Counting:
+        def __init__(self, pattern):
+            self.pattern, self.tries = pattern, 0
+
+        def match(self, text, at):
+            self.tries += 1
+            return self.pattern.match(text, at)
+
+    made = []
+    real = gates._loose_pattern
+    monkeypatch.setattr(gates, "_loose_pattern", lambda said: made.append(Counting(real(said))) or made[-1])
+    needle = " ".join(["sorry"] * 1000) + " ok"
+    for reply, leaked in ((" ".join(["sorry"] * 20000), False), (" ".join(["sorry"] * 20000) + " ok", True)):
+        row = {"prompt": "q", "steps": [{"text": reply}], "final_text": "done", "privileged": {"reference": needle}}
+        assert bool(leak_verdict(row)) is leaked
+        assert bool(_slow_verdict(row)) is leaked
+    assert made and all(counting.tries <= gates.SAYS_TRIES for counting in made), [c.tries for c in made]

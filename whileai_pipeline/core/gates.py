@@ -342,17 +342,25 @@ def _says(folded, said):
     """Whether ``normalize_answer(folded)`` holds the words ``said`` (``normalize_answer`` text) as a run of
     whole words. ``str.find`` skips to each occurrence of the first word, and a pattern is tried there only
     (normalizing the whole text first, or searching it with the pattern, costs about 200 µs of a bench row's
-    replies); the pattern is compiled only for a text that holds that word."""
+    replies); the pattern is compiled only for a text that holds that word. A try may run as far as the
+    words go, so a text that repeats the word over and over (a reply stuck in a loop) against words that
+    repeat it too would cost their product: after ``SAYS_TRIES`` tries the text is normalized once and
+    searched in linear time."""
     first = said.split(" ", 1)[0]
     i = folded.find(first)
     if i == -1:
         return False
     pattern = _loose_pattern(said)
-    while i != -1:
+    for _ in range(SAYS_TRIES):
         if pattern.match(folded, i):
             return True
         i = folded.find(first, i + 1)
-    return False
+        if i == -1:
+            return False
+    return f" {said} " in f" {normalize_answer(folded)} "
+
+
+SAYS_TRIES = 64  # one try per place the first word occurs; past this many, one linear reading costs less
 
 
 # what ``normalize_answer`` turns into one space: whitespace and punctuation, but not a point or comma between
