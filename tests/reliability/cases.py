@@ -54,6 +54,9 @@ CASES = [
     Case("truncated_last_line", GOOD_LINE + b'{"prompt": "c", "fin', error=BadJsonlError, token="bad_jsonl:", line=2, pipeline="raw:bad_jsonl:", pipeline_line=2),
     Case("invalid_utf8", GOOD_LINE + b'{"prompt": "\xff\xfe"}\n', error=BadJsonlError, token="bad_jsonl:", line=2, pipeline="raw:bad_jsonl:", pipeline_line=2),
     Case("utf8_bom", b"\xef\xbb\xbf" + GOOD_LINE, n=1),
+    # a mark of the file's encoding belongs at its start: inside (two files joined with cat) it is in a line
+    Case("utf8_bom_on_line_2", GOOD_LINE + b"\xef\xbb\xbf" + GOOD_LINE, error=BadJsonlError, token="bad_jsonl:", line=2,
+         says="byte order mark", pipeline="raw:bad_jsonl:", pipeline_line=2),
     Case("crlf_line_endings", GOOD_LINE.replace(b"\n", b"\r\n") * 2, n=2),
     Case("array_line", GOOD_LINE + b"[1, 2]\n", n=1, report={"rows_skipped": 1}, pipeline="raw:bad_jsonl:", pipeline_line=2),
     Case("number_line", b"42\n" + GOOD_LINE, n=1, report={"rows_skipped": 1}, pipeline="raw:bad_jsonl:", pipeline_line=1),
