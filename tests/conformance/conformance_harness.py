@@ -21,6 +21,8 @@ import re
 from pathlib import Path
 from typing import Callable
 
+import orjson
+
 BLOCKED_KEYS = frozenset({"privileged", "principle", "hidden_state", "reference", "rubric", "vector"})
 CONVERSATION_ROLES = ("assistant", "tool", "user", "system")
 TRUNC_MARKER = re.compile(r"\n\[\.\.\. (\d+) chars of tool output truncated\]\Z")
@@ -479,7 +481,25 @@ def d8_scrub_blocked_keys(rows: list) -> list:
 
 
 def compact_json(x) -> str:
+    """Compact JSON as API_CONTRACT says ``function.arguments`` is written: orjson's text (its float spelling:
+    ``1e-7``, not Python's ``1e-07``); with Python's json for what orjson cannot write (integers beyond 64 bits)
+    or would write as null (NaN, Infinity: kept as tokens for the strict gate to refuse, DECISIONS 3)."""
+    if not _has_nonfinite(x):
+        try:
+            return orjson.dumps(x).decode("utf-8")
+        except orjson.JSONEncodeError:
+            pass
     return json.dumps(x, separators=(",", ":"), ensure_ascii=False)
+
+
+def _has_nonfinite(x) -> bool:
+    if isinstance(x, float):
+        return not math.isfinite(x)
+    if isinstance(x, dict):
+        return any(_has_nonfinite(v) for v in x.values())
+    if isinstance(x, list):
+        return any(_has_nonfinite(v) for v in x)
+    return False
 
 
 def d2_compact_arguments(rows: list, sides=("messages",)) -> None:

@@ -105,6 +105,8 @@ ARG_DICTS = [
     {"filters": {"status": ["open", "late"], "since": "2024-01-02"}, "limit": 3},
     {"reference": "R-19", "note": "customer reference"},  # a legitimate argument named like a blocked key
     {"query": "日本語 🙂", "exact": False, "page": None},
+    # floats Python's json and orjson spell differently (1e-07 and 1e-7, 1e-05 and 0.00001, 1e+300 and 1e300)
+    {"amount": 1e-07, "rate": 1e-05, "cap": 1e300, "price": 0.1},
 ]
 
 RESULT_OBJECTS = [
