@@ -57,6 +57,8 @@ NO_TOOLS_ADVICE = "Pass tools=, or keep the run's <name>.meta.json sidecar besid
 NO_SYSTEM_ADVICE = "Pass system_prompt=, or keep the run's <name>.meta.json sidecar beside the file."
 # and the two-system-turns warning (the pipeline has no system_prompt= either)
 TWO_SYSTEMS_ADVICE = "Pass system_prompt=\"\" to keep only the rows' own, or take it out of the rows."
+# and the failed-rows warning (the pipeline chooses the rows with its sft_rows option)
+FAILED_ROWS_ADVICE = "Pass `scored.passes()` (or filter on reward) unless that is intended."
 # and the undeclared-tool warning (the pipeline's tools come from the run's sidecar alone)
 UNDECLARED_ADVICE = ("Add the tool's schema to the tools, or leave those rows out (validate names each call: "
                      "function_not_declared).")
@@ -705,8 +707,7 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
     if t.rewards["fail"]:
         warnings.append(
             f"{t.rewards['fail']} of {t.n_out} rows have reward below 0.5 and are exported as SFT targets; a "
-            "model trained on them learns the failure. Pass `scored.passes()` (or filter on reward) unless "
-            "that is intended.")
+            f"model trained on them learns the failure. {FAILED_ROWS_ADVICE}")
     if t.rows_with_calls and not src.tools:
         warnings.append(
             f"{t.rows_with_calls} of {t.n_out} rows make tool calls but were exported without tool schemas; "

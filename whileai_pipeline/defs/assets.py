@@ -662,6 +662,8 @@ LIBRARY_SIDECAR_ADVICE = (sft.NO_TOOLS_ADVICE, sft.NO_SYSTEM_ADVICE,
 LIBRARY_TWO_SYSTEMS_ADVICE = (sft.TWO_SYSTEMS_ADVICE, preference.TWO_SYSTEMS_ADVICE)
 # ... and its undeclared-tool warnings with "the tools", which for a pipeline user are the sidecar's
 LIBRARY_UNDECLARED_ADVICE = (sft.UNDECLARED_ADVICE, preference.UNDECLARED_ADVICE)
+# ... and its failed-rows warning with ``scored.passes()``, where the pipeline has its sft_rows option
+LIBRARY_FAILED_ROWS_ADVICE = (sft.FAILED_ROWS_ADVICE,)
 
 
 def _run_file(storage, key) -> Path:
@@ -692,10 +694,15 @@ def undeclared_tool_advice(storage, key) -> str:
             "or take those rows out of the run, and run it again.")
 
 
+def failed_rows_advice(storage, key) -> str:
+    """What a pipeline user does for failed rows in the SFT export: its sft_rows option chooses them."""
+    return "Set sft_rows: pass to export the passing rows only, unless that is intended."
+
+
 def _advise_the_run_sidecar(reports, storage, key) -> None:
-    """Put ``run_sidecar_advice``, ``two_systems_advice`` and ``undeclared_tool_advice`` in place of the library's
-    advice in each report's warnings (in place), so the metadata, the stored reports and the CLI name what a
-    pipeline user can act on."""
+    """Put ``run_sidecar_advice``, ``two_systems_advice``, ``undeclared_tool_advice`` and ``failed_rows_advice`` in
+    place of the library's advice in each report's warnings (in place), so the metadata, the stored reports and the
+    CLI name what a pipeline user can act on."""
     advice = {}
     for report in reports.values():
         warnings = report.get("warnings") or []
@@ -704,7 +711,8 @@ def _advise_the_run_sidecar(reports, storage, key) -> None:
                 continue
             for endings, advise in ((LIBRARY_SIDECAR_ADVICE, run_sidecar_advice),
                                     (LIBRARY_TWO_SYSTEMS_ADVICE, two_systems_advice),
-                                    (LIBRARY_UNDECLARED_ADVICE, undeclared_tool_advice)):
+                                    (LIBRARY_UNDECLARED_ADVICE, undeclared_tool_advice),
+                                    (LIBRARY_FAILED_ROWS_ADVICE, failed_rows_advice)):
                 ending = next((a for a in endings if text.endswith(a)), None)
                 if ending is not None:
                     if advise not in advice:
