@@ -26,10 +26,10 @@ import dagster as dg
 import whileai_pipeline.simulations as wai
 from whileai_pipeline.core import preference, sft
 from whileai_pipeline.core.atomic import atomic_file
-from whileai_pipeline.core.errors import (LINE_ADVICE, BadJsonlError, ExportError, SourceChangedError,
-                                          WriteFailedError)
+from whileai_pipeline.core.errors import (LINE_ADVICE, BadJsonlError, ExportError, JudgeStalledError,
+                                          SourceChangedError, WriteFailedError)
 from whileai_pipeline.core.jsonl import _BLANK, dumps_line, iter_jsonl, parse_line, sha256_file
-from whileai_pipeline.core.judge import JudgeStalledError, judge_pairs_file
+from whileai_pipeline.core.judge import judge_pairs_file
 from whileai_pipeline.core.pairs import build_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
 from whileai_pipeline.core.rows import PAIRS_FILE, SYSTEM_PROMPT_ARGUMENT, shape_problem
@@ -647,7 +647,7 @@ def _export_candidates(context, storage, kind, formats, export, source, what, **
         discard(cand_dir)
         said = _said_of_the_run(str(exc), storage, context.partition_key, source) if kind == "sft" else None
         raise _library_failure(exc, what, said) from None
-    _advise_the_run_sidecar(reports, storage, context.partition_key)
+    _advise_pipeline_users(reports, storage, context.partition_key)
     if kind == "sft":
         _name_rows_in_the_run(reports, storage, context.partition_key, source)
     return cand_dir, candidates, reports
@@ -699,7 +699,7 @@ def failed_rows_advice(storage, key) -> str:
     return "Set sft_rows: pass to export the passing rows only, unless that is intended."
 
 
-def _advise_the_run_sidecar(reports, storage, key) -> None:
+def _advise_pipeline_users(reports, storage, key) -> None:
     """Put ``run_sidecar_advice``, ``two_systems_advice``, ``undeclared_tool_advice`` and ``failed_rows_advice`` in
     place of the library's advice in each report's warnings (in place), so the metadata, the stored reports and the
     CLI name what a pipeline user can act on."""
