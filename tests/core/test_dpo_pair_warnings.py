@@ -113,11 +113,13 @@ def test_a_side_that_is_a_crashed_rollout_is_exported_with_a_warning(tmp_path, f
                            _side("Refund B", "No."))  # the error text is dropped (spec 1.4 step 9): still a crash
     fine = _pair(_side("Refund C", "Refunded C."), _side("Refund C", "No."))
     out = tmp_path / f"pairs.{fmt}.jsonl"
-    report = wai.export_preference([rejected_crashed, chosen_crashed, fine], out, system_prompt="SYS", format=fmt)
-    first, _, _ = _lines(out)  # exported, as the spec writes them
+    report = wai.export_preference([fine, rejected_crashed, chosen_crashed], out, system_prompt="SYS", format=fmt)
+    _, first, _ = _lines(out)  # exported, as the spec writes them
     assert first["rejected"][-1] == {"role": "assistant", "content": AGENT_ERROR}
     (said,) = _warnings(report, CRASHED)
-    assert said.startswith("2 of 3 pairs have a side that is a crashed rollout (final_text '<agent error")
+    # the first is named, so that it can be looked at (the pair's line in the file written)
+    assert said.startswith("2 of 3 pairs have a side that is a crashed rollout (final_text '<agent error: ...>'; "
+                           "first at line 2 of the output): ")
 
 
 def test_a_reply_that_only_mentions_an_agent_error_is_no_crashed_rollout(tmp_path):
@@ -146,11 +148,12 @@ def test_a_pair_whose_sides_give_the_same_reply_is_exported_with_a_warning(tmp_p
     fine = _pair(_side("Refund D", "Refunded D."), _side("Refund D", "No."))
     other_call = _pair(_calling("call_1", "Done."), _calling("call_1", "Done!"))
     out = tmp_path / f"pairs.{fmt}.jsonl"
-    report = wai.export_preference([same, same_calls, same_thought, fine, other_call], out, system_prompt="SYS",
+    report = wai.export_preference([fine, same, same_calls, same_thought, other_call], out, system_prompt="SYS",
                                    format=fmt)
     assert len(_lines(out)) == 5  # exported, as the spec writes them
     (said,) = _warnings(report, SAME_REPLY)
-    assert said.startswith("3 of 5 pairs have the same reply as chosen and rejected")
+    assert said.startswith("3 of 5 pairs have the same reply as chosen and rejected (the same assistant text and "
+                           "tool calls after the prompt, as written; first at line 2 of the output): ")
 
 
 def test_replies_that_differ_in_what_is_written_are_not_the_same(tmp_path):
@@ -172,12 +175,13 @@ def test_a_pair_whose_chosen_reply_is_empty_is_exported_with_a_warning(tmp_path,
     calls = _pair(_calling("call_1", ""), _side("Refund A", "No."))  # no words, but a call: a reply
     fine = _pair(_side("Refund C", "Refunded C."), _side("Refund C", "<think>no</think>"))  # the rejected is empty
     out = tmp_path / f"pairs.{fmt}.jsonl"
-    report = wai.export_preference([thought_only, blank, calls, fine], out, system_prompt="SYS", format=fmt)
-    first, second, _, _ = _lines(out)  # exported, as the spec writes them
+    report = wai.export_preference([calls, thought_only, blank, fine], out, system_prompt="SYS", format=fmt)
+    _, first, second, _ = _lines(out)  # exported, as the spec writes them
     for line in (first, second):
         assert line["chosen"][-1] == {"role": "assistant", "content": ""}
     (said,) = _warnings(report, EMPTY_CHOSEN)
-    assert said.startswith("2 of 4 pairs have an empty chosen reply")
+    assert said.startswith("2 of 4 pairs have an empty chosen reply (no assistant text after strip_think, e.g. a "
+                           "reply that was only a <think> block, and no tool call; first at line 2 of the output): ")
 
 
 def test_a_chosen_think_block_kept_by_strip_think_false_is_no_empty_reply(tmp_path):

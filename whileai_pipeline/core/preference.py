@@ -212,9 +212,9 @@ class _PairTally:
         self.no_reply = 0  # pairs written with a side that has no assistant turn
         self.length_cut = 0  # pairs written whose chosen row has finish_reason "length"
         self.other_context = 0  # TRL pairs whose rejected side began from other messages than the chosen side
-        self.crashed = 0  # pairs written with a side whose final_text is an agent error
-        self.same_reply = 0  # pairs written whose chosen and rejected replies are the same
-        self.empty_chosen = 0  # pairs written whose chosen reply has no words and no tool call
+        # pairs written, each seen at its output line: with a side whose final_text is an agent error, whose chosen
+        # and rejected replies are the same, whose chosen reply has no words and no tool call
+        self.crashed, self.same_reply, self.empty_chosen = Sightings(), Sightings(), Sightings()
         self.two_systems = 0  # pairs written with a side that opens with two system turns
         # pairs written, each seen at its output line (with what was seen there): whose chosen side calls a tool the
         # export's tools do not declare (and its name); with a side whose tool calls are not call objects
@@ -273,9 +273,10 @@ class _PairTally:
         self.no_reply += no_reply
         self.length_cut += length_cut
         self.other_context += other_context
-        self.crashed += crashed
-        self.same_reply += same_reply
-        self.empty_chosen += empty_chosen
+        for sightings, seen in ((self.crashed, crashed), (self.same_reply, same_reply),
+                                (self.empty_chosen, empty_chosen)):
+            if seen:
+                sightings.see(self.n_out + 1)
         self.two_systems += two_systems
         if undeclared is not None:
             self.undeclared.see((self.n_out + 1, undeclared))
@@ -535,21 +536,22 @@ def _checked_report(tally, src, format, name="export_preference"):
             "finish_reason == 'stop' before pairing, or raise agent_max_tokens=.")
     if t.crashed:
         report.setdefault("warnings", []).append(
-            f"{t.crashed} of {n_out} pairs have a side that is a crashed rollout (final_text '<agent error: ...>'): "
-            "DPO pushes that side up or down, though the model never produced it (the error text, or a run the "
-            "crash cut short). Leave rows whose final_text starts with '<agent error' out of the pairing, or rerun "
-            "them.")
+            f"{t.crashed.n} of {n_out} pairs have a side that is a crashed rollout (final_text '<agent error: ...>'; "
+            f"first at line {t.crashed.first} of the output): DPO pushes that side up or down, though the model never "
+            "produced it (the error text, or a run the crash cut short). Leave rows whose final_text starts with "
+            "'<agent error' out of the pairing, or rerun them.")
     if t.same_reply:
         report.setdefault("warnings", []).append(
-            f"{t.same_reply} of {n_out} pairs have the same reply as chosen and rejected (the same assistant text "
-            "and tool calls after the prompt, as written): DPO gets no signal from them, and a grader that scored "
-            "one reply both ways contradicts itself. Leave those pairs out of the export, and look at the grader's "
-            "reasons for them.")
+            f"{t.same_reply.n} of {n_out} pairs have the same reply as chosen and rejected (the same assistant text "
+            f"and tool calls after the prompt, as written; first at line {t.same_reply.first} of the output): DPO gets "
+            "no signal from them, and a grader that scored one reply both ways contradicts itself. Leave those pairs "
+            "out of the export, and look at the grader's reasons for them.")
     if t.empty_chosen:
         report.setdefault("warnings", []).append(
-            f"{t.empty_chosen} of {n_out} pairs have an empty chosen reply (no assistant text after strip_think, "
-            "e.g. a reply that was only a <think> block, and no tool call): DPO pushes the model towards saying "
-            "nothing. Leave those pairs out of the export, and look at why the grader preferred them.")
+            f"{t.empty_chosen.n} of {n_out} pairs have an empty chosen reply (no assistant text after strip_think, "
+            "e.g. a reply that was only a <think> block, and no tool call; first at line "
+            f"{t.empty_chosen.first} of the output): DPO pushes the model towards saying nothing. Leave those pairs "
+            "out of the export, and look at why the grader preferred them.")
     if t.two_systems:
         report.setdefault("warnings", []).append(
             f"{t.two_systems} of {n_out} pairs have a side that opens with its own system message and was given the "
