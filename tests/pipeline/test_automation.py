@@ -176,6 +176,24 @@ def test_schedule_skips_when_nothing_registered(sqlite_instance, storage):
                                  "and no pairs stage: run its whole chain first)")
 
 
+def test_schedule_skips_when_the_exported_runs_have_lost_their_stage_files(sqlite_instance, storage, tmp_path,
+                                                                          monkeypatch):
+    """A run exported once whose stages are gone (deleted, or a code server given another storage root): every
+    tick failed with KeyError, as the materializations of no run were all runs' (an empty set of partitions)."""
+    from .conftest import Chain
+
+    chain = Chain(storage, sqlite_instance, tmp_path)
+    key = chain.register()
+    assert chain.materialize(key).success
+    shutil.rmtree(storage.stage_dir(key))
+    for mode in ("changed", "all"):
+        monkeypatch.setenv("WHILEAI_PIPELINE_REEXPORT", mode)
+        skip = _schedule(sqlite_instance, storage)
+        assert isinstance(skip, dg.SkipReason), skip
+        assert skip.skip_message == (f"no registered run has stage files to re-export from: {key} (no scored and no "
+                                     "pairs stage: run its whole chain first)")
+
+
 def test_a_re_export_and_a_new_version_keep_the_options_the_run_was_exported_with(sqlite_instance, storage,
                                                                                  tmp_path, monkeypatch):
     """The schedule used to re-export with the defaults: a run exported with formats [openai] and

@@ -19,9 +19,11 @@ BATCH = 500
 
 def _latest_records(instance, asset_key, keys) -> dict:
     """``{partition: record}`` of the latest materialization of ``asset_key`` for each of ``keys`` that has one."""
-    ids = instance.get_latest_storage_id_by_partition(asset_key, dg.DagsterEventType.ASSET_MATERIALIZATION,
-                                                      set(keys))
-    by_id = {storage_id: key for key, storage_id in ids.items()}
+    keys = set(keys)
+    if not keys:  # Dagster reads an empty set of partitions as every partition
+        return {}
+    ids = instance.get_latest_storage_id_by_partition(asset_key, dg.DagsterEventType.ASSET_MATERIALIZATION, keys)
+    by_id = {storage_id: key for key, storage_id in ids.items() if key in keys}
     wanted = sorted(by_id)
     out = {}
     for start in range(0, len(wanted), BATCH):
