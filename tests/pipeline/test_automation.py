@@ -194,6 +194,38 @@ def test_schedule_skips_when_the_exported_runs_have_lost_their_stage_files(sqlit
                                      "pairs stage: run its whole chain first)")
 
 
+@pytest.mark.parametrize("fails", ["scoring", "judging"])
+def test_a_new_version_whose_chain_stopped_before_its_exports_is_named_not_called_unchanged(
+        sqlite_instance, storage, tmp_path, monkeypatch, fails):
+    """v2 of an exported run fails after its raw stage (a scorer that raises, a judge that is down): the exports
+    stay v1 (or the SFT export v2 and the DPO export v1). Nothing ever brought them up to date: the sensor had
+    read v2, step failures are not retried, and the tick said the run was unchanged."""
+    from .conftest import Chain, sample_rows
+
+    (tmp_path / "flaky.py").write_text("def scorer(row):\n    raise RuntimeError('scorer is down')\n\n"
+                                       "def judge(a, b):\n    raise TimeoutError('judge is down')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    chain = Chain(storage, sqlite_instance, tmp_path)
+    key = chain.register()
+    assert chain.materialize(key).success
+    assert isinstance(_schedule(sqlite_instance, storage), dg.SkipReason)  # nothing changed: not re-exported
+    chain.register(sample_rows()[:-6])
+    broken = ({"scored_simulation_data": {"config": {"scorer": "flaky:scorer"}}} if fails == "scoring" else
+              {"preference_pairs": {"config": {"judge": "flaky:judge"}}})
+    assert not chain.materialize(key, run_config={"ops": broken}).success
+    skip = _schedule(sqlite_instance, storage)
+    assert isinstance(skip, dg.SkipReason), skip
+    stopped, read = ("scored_simulation_data", "raw") if fails == "scoring" else ("preference_pairs", "scored")
+    assert skip.skip_message == (
+        f"1 run(s) whose {stopped} was made from another {read} stage than the one there now (a newer version whose "
+        f"chain stopped at {stopped}, or a step run on its own), so that their exports are not all of the run as it "
+        f"is: {key}; run each one's whole chain again (whileai-pipeline run <run file>, or the simulation_chain job "
+        "for the run)"), skip.skip_message
+    assert "nothing changed" not in skip.skip_message
+    assert chain.materialize(key).success  # the whole chain again: up to date
+    assert "nothing changed" in _schedule(sqlite_instance, storage).skip_message
+
+
 def test_a_re_export_and_a_new_version_keep_the_options_the_run_was_exported_with(sqlite_instance, storage,
                                                                                  tmp_path, monkeypatch):
     """The schedule used to re-export with the defaults: a run exported with formats [openai] and

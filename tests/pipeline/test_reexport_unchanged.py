@@ -62,6 +62,17 @@ def _assert_left_out(chain, key):
     assert any(key in line and "nothing changed" in line for line in said)
 
 
+def _assert_pairs_named_as_older(chain, key):
+    """The pairs were made from another scored stage than the one there now: the DPO export is not of the run as it
+    is, and the tick says so instead of "nothing changed" (``unchanged.chain_stopped_at``)."""
+    requests, skip, _ = _schedule(chain.instance, chain.storage)
+    assert requests == []
+    assert skip.startswith(f"1 run(s) whose preference_pairs was made from another scored stage than the one there "
+                           f"now (a newer version whose chain stopped at preference_pairs, or a step run on its own), "
+                           f"so that their exports are not all of the run as it is: {key}; "), skip
+    assert "nothing changed" not in skip
+
+
 def _assert_requested_because(chain, key, reason):
     requested, said = _requested(chain.instance, chain.storage)
     assert requested == [key]
@@ -96,6 +107,9 @@ def test_a_rewritten_stage_is_re_exported(exported, asset, stage):
     export = "sft_export" if stage == "scored" else "dpo_export"  # the other export read another stage
     _assert_requested_because(chain, key, f"{export}: {stage} stage changed")
     assert chain.materialize(key, selection=list(EXPORTS)).success  # what the re-export does
+    if stage == "scored":  # the pairs stay those of the scored stage before
+        _assert_pairs_named_as_older(chain, key)
+        assert chain.materialize(key, selection=["preference_pairs", *EXPORTS]).success
     _assert_left_out(chain, key)
 
 
@@ -266,6 +280,9 @@ def test_new_rows_a_killed_step_left_to_be_put_in_place_are_re_exported(exported
     _assert_requested_because(chain, key, "a killed step left renames to finish")
     assert chain.materialize(key, selection=list(EXPORTS)).success  # what the re-export does
     assert published.read_bytes() != before  # the rows the killed step staged
+    if stage == "scored":  # the pairs were made from the rows before
+        _assert_pairs_named_as_older(chain, key)
+        assert chain.materialize(key, selection=["preference_pairs", *EXPORTS]).success
     _assert_left_out(chain, key)
 
 

@@ -451,6 +451,7 @@ def scored_simulation_data(
     if warning:
         metadata["warning"] = warning  # the CLI's summary shows it
     metadata["config"] = dg.MetadataValue.json(as_run_config(config))  # what a re-export runs with
+    metadata["inputs"] = dg.MetadataValue.json(step_inputs(storage, key, "scored_simulation_data"))
     return dg.MaterializeResult(metadata=metadata)
 
 
@@ -549,6 +550,7 @@ def preference_pairs(
     if report.get("note"):
         context.log.warning(report["note"])
     metadata["config"] = dg.MetadataValue.json(as_run_config(config))  # what a re-export runs with
+    metadata["inputs"] = dg.MetadataValue.json(step_inputs(storage, key, "preference_pairs"))
     return dg.MaterializeResult(metadata=metadata)
 
 
@@ -566,6 +568,17 @@ def export_inputs(storage, key, asset_name) -> dict:
     are absolute: the reports name the stage, so the same bytes under another root are another export."""
     stage = storage.stage_path(key, EXPORT_STAGES[asset_name])
     return _stats((stage, meta_path_for(stage)))
+
+
+# the stage each step between the run and the exports reads, in chain order
+CHAIN_STAGES = {"scored_simulation_data": STAGE_RAW, "preference_pairs": STAGE_SCORED}
+
+
+def step_inputs(storage, key, asset_name) -> dict:
+    """``{path: [size, mtime_ns, inode] or None}`` of the stage the step ``asset_name`` (``CHAIN_STAGES``) reads,
+    recorded as ``inputs`` with it: a stage rewritten since, by a newer version of the run whose chain then
+    failed at this step, is one the exports were not made from (``unchanged.chain_stopped_at``)."""
+    return _stats((storage.stage_path(key, CHAIN_STAGES[asset_name]),))
 
 
 def export_outputs(storage, key, asset_name) -> dict:

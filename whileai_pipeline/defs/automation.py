@@ -27,14 +27,15 @@ from whileai_pipeline.core.runs import (PROGRESS_SUFFIX, SIMULATE_DONE, SIMULATE
 from whileai_pipeline.core.settings import seconds_from_env
 
 from .code_fingerprint import code_fingerprint_on_disk
-from .assets import ASSET_NAMES, ASSETS, STAGE_PAIRS, STAGE_SCORED, dpo_export, raw_simulation_data, sft_export
+from .assets import (ASSET_NAMES, ASSETS, CHAIN_STAGES, STAGE_PAIRS, STAGE_SCORED, dpo_export, preference_pairs, raw_simulation_data,
+                     scored_simulation_data, sft_export)
 from . import sensor_state
 from .partitions import PARTITIONS_NAME
 from .resumable_hash import ResumableHashes
 from .resources import (DEFAULT_HOME, ENV_HOME, ENV_SENSOR_BUDGET, ENV_SETTLE, RUN_SUFFIX, PipelineStorage, fingerprint,
                         meta_path_for, partition_key_for)
 from .stored_options import latest_materializations, stored_run_config, stored_run_configs
-from .unchanged import why_reexport
+from .unchanged import chain_stopped_at, why_reexport
 
 ENV_CRON = "WHILEAI_PIPELINE_CRON"
 DEFAULT_CRON = "0 3 * * *"
@@ -69,6 +70,7 @@ simulation_chain_job = dg.define_asset_job(
 )
 
 EXPORTS = (sft_export, dpo_export)
+CHAIN_STEPS = (scored_simulation_data, preference_pairs)  # between the run and the exports
 
 reexport_job = dg.define_asset_job(
     "reexport",
@@ -346,6 +348,9 @@ def reexport_schedule(context: dg.ScheduleEvaluationContext, storage: PipelineSt
             skipped.append(f"{key} ({why})")
         else:
             reexportable.append(key)
+    # a newer version whose chain failed before the exports: what a re-export reads is (partly) of the earlier one
+    chain = latest_materializations(context.instance, reexportable, CHAIN_STEPS)
+    stopped = {key: step for key in reexportable if (step := chain_stopped_at(storage, key, chain)) is not None}
     # every run's last export materializations in four queries: four round trips per run took 6.5 s at
     # 1000 runs (Dagster gives an evaluation 60 s); the options and what else each export depended on
     # are read from the same records
@@ -357,7 +362,8 @@ def reexport_schedule(context: dg.ScheduleEvaluationContext, storage: PipelineSt
         for key in reexportable:
             why = why_reexport(storage, key, configs[key], latest, fingerprint)
             if why is None:
-                unchanged.append(key)
+                if key not in stopped:  # not "nothing changed": its run did
+                    unchanged.append(key)
             else:
                 why_by_key[key] = why
     else:
@@ -366,6 +372,16 @@ def reexport_schedule(context: dg.ScheduleEvaluationContext, storage: PipelineSt
                 for key in reexportable if key in why_by_key]
     if skipped:
         context.log.info("not re-exported, as there is nothing to export from: " + "; ".join(skipped))
+    by_step = {}
+    for key, step in stopped.items():
+        by_step.setdefault(step, []).append(key)
+    said_stopped = [f"{len(group)} run(s) whose {step} was made from another {CHAIN_STAGES[step]} stage than the one "
+                    f"there now (a newer version whose chain stopped at {step}, or a step run on its own), so that "
+                    f"their exports are not all of the run as it is: {_names(group)}; run each one's whole chain again "
+                    "(whileai-pipeline run <run file>, or the simulation_chain job for the run)"
+                    for step, group in by_step.items()]
+    for said in said_stopped:
+        context.log.warning(said)
     said_unchanged = (f"{len(unchanged)} run(s) not re-exported, as nothing changed since their last export (stage "
                       f"files, options, code): {_names(unchanged)}; ${ENV_REEXPORT}={REEXPORT_ALL} re-exports them")
     if unchanged:
@@ -377,9 +393,10 @@ def reexport_schedule(context: dg.ScheduleEvaluationContext, storage: PipelineSt
         context.log.info(f"re-exporting {len(requests)} run(s): " + "; ".join(
             f"{why}: {_names(group)}" for why, group in sorted(by_reason.items(), key=lambda item: -len(item[1]))))
         return requests
-    if unchanged:
-        return dg.SkipReason(said_unchanged + ("; not re-exported, as there is nothing to export from: "
-                                               + "; ".join(skipped) if skipped else ""))
+    said = "; ".join(said_stopped + ([said_unchanged] if unchanged else []))
+    if said:
+        return dg.SkipReason(said + ("; not re-exported, as there is nothing to export from: " + "; ".join(skipped)
+                                     if skipped else ""))
     return dg.SkipReason("no registered run has stage files to re-export from: " + "; ".join(skipped))
 
 

@@ -12,7 +12,7 @@ of event log.
 from typing import Optional
 
 from . import journal
-from .assets import EXPORT_STAGES, export_inputs, export_outputs
+from .assets import CHAIN_STAGES, EXPORT_STAGES, export_inputs, export_outputs, step_inputs
 from .config import resolved_config
 
 
@@ -66,3 +66,17 @@ def _why_export_again(name, metadata, inputs, outputs, values, fingerprint) -> O
     changed = sorted(option for option in set(now) | set(before if isinstance(before, dict) else {})
                      if not isinstance(before, dict) or before.get(option) != now.get(option))
     return f"other options ({', '.join(changed)})"
+
+
+def chain_stopped_at(storage, key, latest) -> Optional[str]:
+    """The first step of run ``key``'s chain (``CHAIN_STAGES``) whose latest materialization read another stage
+    than the one there now, or None: a newer version of the run whose chain failed at that step (a scorer that
+    raised, a judge that was down). Its exports are of the earlier version, and re-exporting them from the
+    stages the chain left would not change that. ``latest``: ``stored_options.latest_materializations`` of the
+    chain's steps. A step materialized by a version that did not record its inputs is taken as read."""
+    for name in CHAIN_STAGES:
+        record = latest.get(name, {}).get(key)
+        recorded = record.asset_materialization.metadata.get("inputs") if record is not None else None
+        if recorded is not None and recorded.value != step_inputs(storage, key, name):
+            return name
+    return None
