@@ -27,8 +27,8 @@ from whileai_pipeline.core.runs import (PROGRESS_SUFFIX, SIMULATE_DONE, SIMULATE
 from whileai_pipeline.core.settings import seconds_from_env
 
 from .code_fingerprint import code_fingerprint_on_disk
-from .assets import (ASSET_NAMES, ASSETS, CHAIN_STAGES, STAGE_PAIRS, STAGE_SCORED, dpo_export, preference_pairs, raw_simulation_data,
-                     scored_simulation_data, sft_export)
+from .assets import (ASSET_NAMES, ASSETS, CHAIN_STAGES, STAGE_PAIRS, STAGE_SCORED, dpo_export, preference_pairs,
+                     raw_simulation_data, scored_simulation_data, sft_export)
 from . import sensor_state
 from .partitions import PARTITIONS_NAME
 from .resumable_hash import ResumableHashes
@@ -349,6 +349,7 @@ def reexport_schedule(context: dg.ScheduleEvaluationContext, storage: PipelineSt
         else:
             reexportable.append(key)
     # a newer version whose chain failed before the exports: what a re-export reads is (partly) of the earlier one
+    # (the two steps' last materializations in four queries, as the exports' below)
     chain = latest_materializations(context.instance, reexportable, CHAIN_STEPS)
     stopped = {key: step for key in reexportable if (step := chain_stopped_at(storage, key, chain)) is not None}
     # every run's last export materializations in four queries: four round trips per run took 6.5 s at
