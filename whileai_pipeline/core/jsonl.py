@@ -272,13 +272,13 @@ def iter_jsonl(path, hasher=None):
 
 
 def iter_jsonl_spans(path):
-    """Yield ``(byte offset, byte length, value)`` for every non-blank line, so a later pass can read
-    it back with one ``os.pread``."""
+    """Yield ``(byte offset, byte length, value, long_run)`` for every non-blank line, so a later pass can
+    read it back with one ``os.pread`` (``long_run``: as ``iter_jsonl_runs`` gives it)."""
     offset = 0
-    for _, line, value in iter_jsonl_lines(path):
+    for _, line, value, long_run in _iter_lines(path, None):
         start, offset = offset, offset + len(line)
         if value is not _BLANK:
-            yield start, len(line), value
+            yield start, len(line), value, long_run
 
 
 COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"\x28\xb5\x2f\xfd", "zstd", "zstd -d"),

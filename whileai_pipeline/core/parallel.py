@@ -401,14 +401,15 @@ def map_rows(path, chunk, fn, arg):
 
 
 def map_row_spans(path, chunk, fn, arg):
-    """``(byte offset, byte length, fn(value, arg))`` of every row of a chunk, in order (a worker task).
+    """``(byte offset, byte length, fn(value, arg), long_run)`` of every row of a chunk, in order (a worker
+    task); ``long_run``: whether the line holds 19 digits in a row (``chunk_rows``).
 
     A row's span runs to the next row (or the chunk's end): its line, its newline and any blank lines
     after it, which read back as the same value.
     """
-    rows = [(offset, fn(value, arg)) for _, offset, value, _ in chunk_rows(path, chunk)]
-    ends = [offset for offset, _ in rows[1:]] + [chunk.end]
-    return [(offset, end - offset, fields) for (offset, fields), end in zip(rows, ends)]
+    rows = [(offset, fn(value, arg), long_run) for _, offset, value, long_run in chunk_rows(path, chunk)]
+    ends = [offset for offset, _, _ in rows[1:]] + [chunk.end]
+    return [(offset, end - offset, fields, long_run) for (offset, fields, long_run), end in zip(rows, ends)]
 
 
 def write_chunk(path, chunk, fn, plan, parts, runs=False):
