@@ -21,7 +21,8 @@ def test_the_floor_reads_every_row_and_every_pair(tmp_path, capsys):
     run_s = float(re.search(r"parse_run: .*, ([0-9.]+) CPU s", out).group(1))
     pair_s = float(re.search(r"pair_roundtrip: .*, ([0-9.]+) CPU s", out).group(1))
     total = float(re.search(r"floor of pairs \+ DPO: ([0-9.]+) CPU s", out).group(1))
-    assert abs(total - (run_s + 2 * pair_s)) <= 0.021  # printed to 0.01; the floor is one parse of the run and two of the pairs
+    # one parse of the run and two of the pairs (each printed to 0.01)
+    assert abs(total - (run_s + 2 * pair_s)) <= 0.021
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.jsonl", "run.jsonl", "run.meta.json"]  # no temp left
 
 
