@@ -696,11 +696,12 @@ def _pair_lines(source, jobs, crossed=None):
     (a one-item list) counts the pairs whose sides are of different scenarios (``crosses_scenarios``).
 
     One ``os.pread`` a row (measured: 2.4 against 11.3 µs for a seek and a buffered readline of a
-    20 KB row), parsed as it comes, and read again by Python's json only when pass 1 saw 19 digits in a row
-    in it (searching a 20 KB line again costs 21 µs, against 31 µs to parse it); a line orjson refuses as it stands (a BOM, NaN tokens) goes
-    through ``parse_line`` as in pass 1. Tool-call arguments holding NaN or an infinity are written as JSON
-    text (``nonfinite_arguments_as_text``), as the scored stage does: orjson would write them as null, and
-    the DPO export of the file would pass calls that the export of the same pairs in memory refuses.
+    20 KB row), parsed as it comes, and read again by Python's json only when pass 1 saw 19 digits in a
+    row in it (searching a 20 KB line again costs 21 µs, against 31 µs to parse it); a line orjson refuses
+    as it stands (a BOM, NaN tokens) goes through ``parse_line`` as in pass 1. Tool-call arguments holding
+    NaN or an infinity are written as JSON text (``nonfinite_arguments_as_text``), as the scored stage does:
+    orjson would write them as null, and the DPO export of the file would pass calls that the export of the
+    same pairs in memory refuses.
     """
     from .exact_numbers import exact_numbers
     from .jsonl import dumps_line, parse_line
