@@ -12,9 +12,12 @@ from whileai_pipeline.core.scoring import normalize_answer  # how reference_matc
 # Letters whose case mapping is unusual (final sigma, dotted I, ligatures), and assorted whitespace.
 # Punctuation and full-width letters exercise the loose reading (NFKC, punctuation to spaces).
 # Invisible characters (zero-width space and joiner, word joiner, soft hyphen, BOM, a tag) hide nothing from it.
+# Combining marks (Devanagari vowel signs, Arabic points, an acute accent, the diaeresis NFKC makes of "¨") are
+# part of their words.
 ALPHABET = st.sampled_from(list("abcXYZ Σσςİıßẞﬁǅ\u00a0\u2003\t\n\r\x1c.,-:")
                            + list("\u200b\u200d\u2060\u00ad\ufeff\U000e0041")
-                           + ["ΟΔΟΣ", "İstanbul", "STRASSE", "ａｂｃ", "\u2014", "1.5", "'", "2", "9,", "_"])
+                           + ["ΟΔΟΣ", "İstanbul", "STRASSE", "ａｂｃ", "\u2014", "1.5", "'", "2", "9,", "_"]
+                           + ["क", "त", "\u093f", "\u093e", "\u094b", "किताब", "\u064e", "e\u0301", "\u00a8"])
 TEXT = st.lists(ALPHABET, max_size=40).map("".join)
 
 

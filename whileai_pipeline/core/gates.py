@@ -13,7 +13,7 @@ import orjson
 from .arguments import ROWS_AS_TEXT, check_rows, trajectories_of
 from .errors import BadRowError, ExportError
 from .conversation import conversation
-from .text import lower, normalize, normalize_answer, text
+from .text import has_combining_mark, lower, normalize, normalize_answer, text
 from .wire import arguments_are_structured, content_text, strip_think_blocks
 
 ENCODINGS = {"openai": "json_string", "trl": "dict"}
@@ -466,12 +466,25 @@ def _quote_in(parts, needle_set):
     if not any(word in folded for word in probes) and (visible is folded or not any(w in visible for w in probes)):
         return False
     if repeated:  # the whole text, for words that run from the final text into the first reply
-        folded, visible = _readings(_lowered(parts))
+        lowered = _lowered(parts)
+        folded, visible = _readings(lowered)
+    says = _reader(folded, folded is not lowered)
+    says_visible = _reader(visible, folded is not lowered) if visible is not folded else None
     for field, needle, said in loose:
         # whole words, as reference_match reads a repeat, or once the invisible characters are out
-        if _says(folded, said) or (visible is not folded and _says(visible, said)):
+        if says(said) or (says_visible is not None and says_visible(said)):
             return field, needle
     return False
+
+
+def _reader(folded, may_hold_marks):
+    """``said -> _says(folded, said)``. The patterns ``_says`` tries read a combining mark as punctuation,
+    as ``\\w`` does; ``normalize_answer`` keeps it in its word. A text that holds one (``may_hold_marks``: it
+    is not ``lowered`` Latin-1, which holds none) is normalized once and its words searched instead."""
+    if may_hold_marks and has_combining_mark(folded):
+        words = f" {normalize_answer(folded)} "
+        return lambda said: f" {said} " in words
+    return functools.partial(_says, folded)
 
 
 def leak_outcome(row, min_len=LEAK_MIN_QUOTE_CHARS, rebuilt=None, strip_think=False):
