@@ -351,7 +351,7 @@ def check_export_dataset(ref, ours, rows, tmp: Path, *, fmt, mask_mode, unroll, 
         rep["tool_output_chars_cut"] = sum(x.get("tool_output_chars_cut", 0) for x in pred)
     warnings = list(rep.pop("warnings", []))
     if fmt == "trl":
-        _d16_report(rep, pred, dropped, trained, masked)
+        _d16_report(rep, pred, dropped, trained, masked, recounted=unroll)
         warnings = _d16_failing_warning(warnings, rep)
     n_out = len(pred)
 
@@ -569,8 +569,9 @@ def _d16_trained_masked(rows, mask_mode, unroll):
     return trained, masked
 
 
-def _d16_report(rep, pred, dropped, trained, masked):
-    """DECISIONS 16: report numbers over the rows that are actually written (dropped rows removed)."""
+def _d16_report(rep, pred, dropped, trained, masked, recounted=False):
+    """DECISIONS 16: report numbers over the rows that are actually written (dropped rows removed).
+    ``recounted``: the truncation totals were already summed over the written rows (DECISIONS 11, unroll)."""
     rep["n"] = len(pred)
     rep["with_system"] = sum(1 for x in pred if (H.row_conversation(x) or [{}])[0].get("role") == "system")
     rep["with_tools"] = sum(1 for x in pred if x.get("tools"))
@@ -579,8 +580,9 @@ def _d16_report(rep, pred, dropped, trained, masked):
     rep["masked_messages"] = masked
     for d in dropped:
         rep["rewards"][H.reward_class(d.get("reward"))] -= 1
-        rep["tool_output_truncated"] -= d.get("tool_output_truncated", 0)
-        rep["tool_output_chars_cut"] -= d.get("tool_output_chars_cut", 0)
+        if not recounted:
+            rep["tool_output_truncated"] -= d.get("tool_output_truncated", 0)
+            rep["tool_output_chars_cut"] -= d.get("tool_output_chars_cut", 0)
 
 
 def _d16_failing_warning(warnings, rep):

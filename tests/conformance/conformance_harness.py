@@ -489,7 +489,21 @@ def compact_json(x) -> str:
             return orjson.dumps(x).decode("utf-8")
         except orjson.JSONEncodeError:
             pass
+        try:  # an integer beyond 64 bits: its digits as they are, the rest still orjson's text
+            return orjson.dumps(_big_ints_as_digits(x)).decode("utf-8")
+        except orjson.JSONEncodeError:
+            pass
     return json.dumps(x, separators=(",", ":"), ensure_ascii=False)
+
+
+def _big_ints_as_digits(x):
+    if isinstance(x, int) and not isinstance(x, bool) and not -(2 ** 63) <= x < 2 ** 64:
+        return orjson.Fragment(str(x))
+    if isinstance(x, dict):
+        return {k: _big_ints_as_digits(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_big_ints_as_digits(v) for v in x]
+    return x
 
 
 def _has_nonfinite(x) -> bool:

@@ -126,3 +126,29 @@ def test_d16_report_counts_written_rows_only(tmp_path):
     ]
     check_export_dataset(ref, ours, rows, tmp_path, fmt="trl", mask_mode="final", unroll=False, strip_think=True,
                          system_prompt=None, tools=None, cap=None, validate=False)
+
+
+def test_d16_unrolled_dropped_rows_take_their_truncation_out_once(tmp_path):
+    """DECISIONS 11 and 16 together: with unroll the truncation totals are the written samples' own counts, so
+    a TRL sample dropped for having no assistant turn is not taken out of them a second time (the harness
+    predicted -2 where the export rightly reports 0)."""
+    rows = [
+        {"messages": [{"role": "user", "content": "Look it up."},
+                      {"role": "tool", "name": "lookup", "content": "a long tool output"},
+                      {"role": "tool", "name": "lookup", "content": "another long output"}]},
+        {"prompt": "Where is order 7?", "steps": [{"tool": "lookup", "arguments": {"id": 7}, "result": "shipped"},
+                                                  {"text": "It shipped."}], "final_text": "It shipped."},
+    ]
+    check_export_dataset(ref, ours, rows, tmp_path, fmt="trl", mask_mode="assistant", unroll=True, strip_think=True,
+                         system_prompt="S", tools=None, cap=0, validate=False)
+
+
+def test_d2_big_integer_beside_a_float_spelled_two_ways(tmp_path):
+    """DECISIONS 2: openai arguments are compact orjson text, its float spelling (1e-7) kept when an integer
+    beyond 64 bits, which orjson cannot write as a number, is written with all its digits beside it (the
+    harness predicted Python's 1e-07 there). TRL rows keep arguments as objects, and warn of such an integer."""
+    rows = [{"prompt": "Where is order 7?",
+             "steps": [{"tool": "lookup", "arguments": {"id": 10 ** 20, "amount": 1e-07}, "result": "shipped"},
+                       {"text": "It shipped."}], "final_text": "It shipped."}]
+    check_export_dataset(ref, ours, rows, tmp_path, fmt="openai", mask_mode="assistant", unroll=False,
+                         strip_think=True, system_prompt="S", tools=None, cap=None, validate=False)
