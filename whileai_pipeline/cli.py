@@ -172,23 +172,40 @@ def _load_config_file(path) -> dict:
     return data
 
 
-def _instance(storage):
+def _instance(storage, out):
     import dagster as dg
+    import yaml
 
     dagster_home = os.environ.get("DAGSTER_HOME")
     if dagster_home:
         home = Path(dagster_home).expanduser()
         if not home.is_absolute():
             raise UsageError(f"DAGSTER_HOME must be an absolute path, got {dagster_home!r}")
+        unset = f"or unset DAGSTER_HOME to use the embedded instance under {storage.dagster_home}"
+        blocker = next((p for p in (home, *home.parents) if p.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            where = "is a file" if blocker == home else f"is below {blocker}, a file"
+            raise UsageError(f"DAGSTER_HOME={home} {where}, not a folder: point it at the folder that holds (or is "
+                             f"to hold) the Dagster instance, {unset}")
+        created = not home.exists()
         try:
-            home.mkdir(parents=True, exist_ok=True)  # Dagster wants it to exist; creating it is harmless
+            home.mkdir(parents=True, exist_ok=True)  # Dagster wants it to exist (a CI job's first command)
             instance = dg.DagsterInstance.get()
             instance.get_runs(limit=1)  # a database opened lazily must answer too
-        except Exception as exc:  # a variable its dagster.yaml names is unset, its database unreachable, ...
+        except Exception as exc:  # its dagster.yaml is not YAML or sets what Dagster refuses, a variable it
+            # names is unset, its database unreachable, ...
+            if isinstance(exc, yaml.YAMLError):
+                advice = "Fix that file's YAML"
+            elif isinstance(exc, dg.DagsterInvalidConfigError):
+                advice = "Fix that setting in the file (or set the environment variable it names)"
+            else:
+                advice = ("Set what that file names (e.g. the DAGSTER_PG_* variables) and check that its database "
+                          "can be reached")
             raise UsageError(f"cannot open the Dagster instance of DAGSTER_HOME={home} ({home / 'dagster.yaml'}): "
-                             f"{_instance_error(exc)}. Set what that file names (e.g. the DAGSTER_PG_* variables) "
-                             "and check that its database can be reached, or unset DAGSTER_HOME to use the "
-                             f"embedded instance under {storage.dagster_home}") from None
+                             f"{_instance_error(exc)}. {advice}, {unset}") from None
+        if created:  # a mistyped path starts a history of its own, which nothing else reads
+            print(f"note: DAGSTER_HOME={home} did not exist: created it, with a new Dagster instance; the UI and "
+                  "dagster commands show this run only with this same DAGSTER_HOME", file=out)
         return instance
     home = storage.dagster_home
     home.mkdir(parents=True, exist_ok=True)
@@ -497,7 +514,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     capture = contextlib.nullcontext([]) if verbose else _stderr_held_back()
     # One command at a time per run name, from registering to the last step: another command's register
     # would replace the inbox file while this run's steps read it.
-    with _one_command(storage, key, out), _instance(storage) as instance:
+    with _one_command(storage, key, out), _instance(storage, out) as instance:
         earlier = storage.registered_from(key)
         key = _register_run(storage, instance, path, name)
         if key is None:
@@ -739,7 +756,7 @@ def register_only(path, *, name=None, home=None, out=None) -> int:
     key = _run_key(path, name)
     _quiet_dagster()
     storage = _storage(home)
-    with _one_command(storage, key, out), _instance(storage) as instance:
+    with _one_command(storage, key, out), _instance(storage, out) as instance:
         earlier = storage.registered_from(key)
         key = _register_run(storage, instance, path, name)
     if key is None:
