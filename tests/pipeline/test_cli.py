@@ -201,7 +201,7 @@ def test_a_run_file_still_being_written_is_refused_before_anything_runs(home, tm
         assert cli_module.main([command, str(src)]) == 2
         err = capsys.readouterr().err
         assert (f"whileai-pipeline: error: source_changed: {src} changed while it was being copied (is it still "
-                "being written?); nothing was copied.") in err, err
+                "being written?); nothing was copied. Run the same command again once it is complete.") in err, err
     inbox = home / "inbox"
     assert not inbox.exists() or list(inbox.iterdir()) == []
     assert not (home / "published").exists()

@@ -135,11 +135,12 @@ def fingerprint(run_path, run_sha: Optional[str] = None) -> str:
     return hashlib.sha256(f"{run_sha}:{sha256_file(meta)}".encode()).hexdigest()
 
 
-def copy_atomic(src, dest) -> None:
+def copy_atomic(src, dest, retry="Copy it again once it is complete.") -> None:
     """Copy a file's bytes to ``dest`` through a temporary file and a rename.
 
     Raises SourceChangedError, leaving ``dest`` as it was, if ``src`` changed during the copy (a run
-    still being written): the copy would be a prefix of the run, taken later for the whole.
+    still being written): the copy would be a prefix of the run, taken later for the whole. Its message
+    ends with ``retry``, what to do then.
     """
     stamp = file_stamp(src)
     with open(src, "rb") as fin, atomic_file(dest) as fout:
@@ -148,8 +149,10 @@ def copy_atomic(src, dest) -> None:
             check_unchanged(src, stamp)
         except SourceChangedError:
             raise SourceChangedError(src, f"source_changed: {src} changed while it was being copied (is it "
-                                     "still being written?); nothing was copied. Copy it again once it is "
-                                     "complete.") from None
+                                     f"still being written?); nothing was copied. {retry}") from None
+
+
+REGISTER_AGAIN = "Run the same command again once it is complete."
 
 
 class PipelineStorage(dg.ConfigurableResource):
@@ -345,10 +348,10 @@ class PipelineStorage(dg.ConfigurableResource):
         staged_meta = None
         if meta_src is not None and meta_src.resolve() != meta_dest.resolve():
             staged_meta = incoming_path(meta_dest)
-            copy_atomic(meta_src, staged_meta)
+            copy_atomic(meta_src, staged_meta, REGISTER_AGAIN)
         try:
             if source.resolve() != dest.resolve():
-                copy_atomic(source, dest)
+                copy_atomic(source, dest, REGISTER_AGAIN)
             if staged_meta is not None:
                 try:
                     os.replace(staged_meta, meta_dest)
