@@ -25,3 +25,15 @@ def test_first_failure_carries_no_privileged_key(tmp_path, answer):
     report = judge_pairs_file(src, tmp_path / "judged.jsonl", lambda a, b: answer)
     assert report["failed"] == 1 and report["first_failure"]
     assert SECRET not in report["first_failure"]
+
+
+@pytest.mark.parametrize("answer", ["A", None, ["A"]])
+def test_an_answer_without_a_winner_is_shown_with_what_a_judge_returns(tmp_path, answer):
+    """A judge returning a bare "A" failed with only "no winner in 'A'": the failure says what was returned
+    (its type too) and the shapes a judge answers in."""
+    src = _pairs(tmp_path / "pairs.jsonl")
+    report = judge_pairs_file(src, tmp_path / "judged.jsonl", lambda a, b: answer, swap=False)
+    assert report["failed"] == 1
+    assert report["first_failure"] == (
+        f"no winner in what the judge returned, {type(answer).__name__} {answer!r}: a judge returns "
+        "{'winner': 'A' | 'B' | 'tie', 'reason': ...} or text holding 'winner: A'")

@@ -46,7 +46,10 @@ def parse_verdict(answer):
                     return winner, reason
         match = _WINNER.search(answer)
         return (_WINNERS[match.group(1).lower()] if match else None), None
-    return None, "judge returned neither a dict nor a string"
+    return None, NEITHER
+
+
+NEITHER = "judge returned neither a dict nor a string"  # the reason spec 8.5 writes onto the pair
 
 
 def _ask(judge, a, b, timeout=None):
@@ -64,6 +67,12 @@ def _ask(judge, a, b, timeout=None):
 
 class _NoAnswer(TimeoutError):
     pass
+
+
+def _no_winner(answer) -> str:
+    """Why a judge's answer named no winner: what it returned, and what a judge returns."""
+    return (f"no winner in what the judge returned, {type(answer).__name__} {answer!r:.80}: a judge returns "
+            "{'winner': 'A' | 'B' | 'tie', 'reason': ...} or text holding 'winner: A'")
 
 
 NO_ANSWER = object()  # ``_ask``'s "what the judge returned" for a call that did not answer in time
@@ -272,7 +281,7 @@ class PairwiseJudging:
             self.failed += 1
             # scrubbed like ``reasons``: this goes to the pipeline's log and its judge_failed: error
             self.first_failure = self.first_failure or "; ".join(dict.fromkeys(
-                text(scrub(r)) if r else f"no winner in {scrub(a)!r}"[:ERROR_CUT] for r, a in asked)) or "no verdict"
+                text(scrub(r)) if r and r is not NEITHER else _no_winner(scrub(a)) for r, a in asked)) or "no verdict"
             return
         self.judged += 1
         self.ties += winner == "tie"
