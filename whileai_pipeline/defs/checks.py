@@ -186,14 +186,14 @@ def _leak_result(metadata, run_id, asset="<export>"):
         # an export of nothing: no row read, or none written (every pair a dropped tie, every row dropped)
         if reports and all(r.get("rows_read") == 0 or r.get("n_written", r.get("pairs")) == 0
                            for r in reports.values()):
-            advice = ("No row was exported, so no reply was written that could quote anything; the gate reads "
-                      "the rows of the next export that has some.")
+            # not the library's "none carried privileged context": the rows it read may well have
+            said = ("no row was exported, so no reply was written that could quote anything; the gate reads the "
+                    "rows of the next export that has some.")
         else:
-            advice = ("This pass proves nothing about leaks: export raw trajectories (which keep their "
-                      "privileged blocks), not rows saved through the export; a privileged block written as JSON "
-                      "text is not read either (raw_simulation_data's rows_with_privileged_text counts them).")
-        return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
-                                   description="NOTHING TO READ: " + summary + ". " + advice)
+            said = (summary + ". This pass proves nothing about leaks: export raw trajectories (which keep their "
+                    "privileged blocks), not rows saved through the export; a privileged block written as JSON "
+                    "text is not read either (raw_simulation_data's rows_with_privileged_text counts them).")
+        return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out, description="NOTHING TO READ: " + said)
     if not validate:
         return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
                                    description=summary + f" ({LET_THROUGH}: this gate would not have blocked)")
