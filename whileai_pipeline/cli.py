@@ -104,9 +104,10 @@ def _is_export_report(path) -> bool:
         "source_sha256", "sha256", "n_written"} <= report.keys()
 
 
-def _storage(home):
+def _storage(home, config_file=None):
     """The storage under ``home`` (else ``$WHILEAI_PIPELINE_HOME`` or ./whileai_data), its root created;
-    a UsageError when that root cannot be a folder of ours (a file there, no such place, no rights)."""
+    a UsageError when that root cannot be a folder of ours (a file there, no such place, no rights).
+    ``config_file``: the file whose ``resources.storage.config.root`` named ``home``, where to change it."""
     from whileai_pipeline.defs.resources import ENV_HOME, PipelineStorage
 
     storage = PipelineStorage(root=str(home) if home else None)
@@ -117,8 +118,10 @@ def _storage(home):
     except OSError as exc:
         is_file = storage.base.exists() and not storage.base.is_dir()
         reason = "a file is there, not a folder" if is_file else exc.strerror or str(exc)
-        raise UsageError(f"cannot keep the pipeline's files under {storage.base} ({reason}): pass --home DIR, or set "
-                         f"${ENV_HOME}, naming a folder you can write") from None
+        fix = (f"change resources.storage.config.root in the config file {config_file} (or take it out and pass "
+               "--home DIR)" if config_file else f"pass --home DIR, or set ${ENV_HOME}")
+        raise UsageError(f"cannot keep the pipeline's files under {storage.base} ({reason}): {fix}, naming a folder "
+                         "you can write") from None
     return storage
 
 
@@ -483,7 +486,8 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
         _import_callables(run_config)
     except (ConfigFileError, ValueError) as exc:
         raise UsageError(f"{exc}{in_file}") from None
-    home = _root_of(run_config, home)
+    given, home = home, _root_of(run_config, home)
+    root_set_in = config_file if home is not None and given is None else None  # else --home or the environment
 
     if not verbose:
         _quiet_dagster()
@@ -508,7 +512,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
         dg.validate_run_config(job, {k: v for k, v in run_config.items() if k != "execution"})
     except dg.DagsterInvalidConfigError as exc:
         raise UsageError(f"invalid config: {_config_error(exc)}{in_file}") from None
-    storage = _storage(home)
+    storage = _storage(home, root_set_in)
     if not verbose and out.isatty():
         _attach_progress_bars(out)
     capture = contextlib.nullcontext([]) if verbose else _stderr_held_back()

@@ -353,6 +353,13 @@ def test_a_storage_root_that_cannot_be_a_folder_is_bad_usage(home, tmp_path, mon
     monkeypatch.setenv("WHILEAI_PIPELINE_HOME", str(a_file / "below"))
     assert cli_module.main(["register", str(SAMPLE)]) == 2
     assert f"under {a_file / 'below'} (Not a directory)" in capsys.readouterr().err
+    # a root the config file names is to be changed there: --home and $WHILEAI_PIPELINE_HOME do not override it
+    config = tmp_path / "ops_root.yaml"
+    config.write_text(f"ops: {{}}\nresources:\n  storage:\n    config:\n      root: {a_file}\n")
+    assert cli_module.main(["run", str(SAMPLE), "--config", str(config)]) == 2
+    assert (f"whileai-pipeline: error: cannot keep the pipeline's files under {a_file} (a file is there, not a "
+            f"folder): change resources.storage.config.root in the config file {config} (or take it out and pass "
+            "--home DIR), naming a folder you can write") in capsys.readouterr().err
 
 
 def test_a_step_that_raises_is_reported_with_its_own_error(home, tmp_path, monkeypatch):
