@@ -812,6 +812,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unknown_hint(command, unknown) -> str:
+    """Why arguments a command does not take were given, as far as can be told: an export option given as a
+    flag (they live in the --config file), or a second run file (a shell glob that matched two)."""
+    from whileai_pipeline.defs.config import FLAT_OPTIONS
+
+    options = [a.split("=", 1)[0].lstrip("-").replace("-", "_") for a in unknown if a.startswith("--")]
+    known = [name for name in options if name in FLAT_OPTIONS]
+    if known and command in ("run", "demo"):
+        return (f" ({known[0]} is an option of the exports: put '{known[0]}: ...' in a YAML file and pass it as "
+                "--config FILE; docs/pipeline.md, Options, lists them)")
+    if known and command == "register":
+        return f" (register runs nothing, so it takes no option of the exports: give {known[0]} to run's --config FILE)"
+    if command in ("run", "register") and any(not a.startswith("-") for a in unknown):
+        return f" ({command} takes one run file: {command} each one on its own)"
+    return ""
+
+
 class _StdoutReaderMayLeave:
     """``sys.stdout`` for a command whose reader may leave early (``whileai-pipeline run x | head -1``): what
     is printed after that is dropped and the command goes on to its own exit code, so a refused export
@@ -855,7 +872,10 @@ class _StdoutReaderMayLeave:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # what argparse says (usage, exit 2), and what to do instead
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}{_unknown_hint(args.command, unknown)}")
     stdout = sys.stdout
     sys.stdout = _StdoutReaderMayLeave(stdout)
     try:

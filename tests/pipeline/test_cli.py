@@ -1223,3 +1223,33 @@ def test_rows_whose_privileged_block_is_text_are_said_in_the_cli_output(home, tm
 
     said = _cli_lines(sample_rows(), "objects", home, tmp_path)
     assert not [line for line in said if "privileged as text" in line], said
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["run", "x.jsonl", "--mask-mode", "final"], "(mask_mode is an option of the exports: put 'mask_mode: ...' in a "
+     "YAML file and pass it as --config FILE; docs/pipeline.md, Options, lists them)"),
+    (["demo", "--strip_think=false"], "(strip_think is an option of the exports"),
+    (["register", "x.jsonl", "--min-margin", "0.5"], "(register runs nothing, so it takes no option of the exports: "
+     "give min_margin to run's --config FILE)"),
+    (["run", "a.jsonl", "b.jsonl"], "unrecognized arguments: b.jsonl (run takes one run file: run each one on its "
+     "own)"),
+    (["register", "a.jsonl", "b.jsonl", "c.jsonl"], "(register takes one run file"),
+])
+def test_arguments_a_command_does_not_take_are_named_with_what_to_do(argv, hint, capsys):
+    """An export option given as a flag, or a shell glob that matched two runs: argparse's usage error (exit 2),
+    and what to do instead."""
+    from whileai_pipeline import cli as cli_module
+
+    with pytest.raises(SystemExit) as exited:
+        cli_module.main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "whileai-pipeline: error: unrecognized arguments: " in err and hint in err, err
+
+
+def test_an_unknown_flag_of_no_known_option_gets_argparse_words_alone(capsys):
+    from whileai_pipeline import cli as cli_module
+
+    with pytest.raises(SystemExit):
+        cli_module.main(["run", "x.jsonl", "--frobnicate"])
+    assert capsys.readouterr().err.splitlines()[-1] == "whileai-pipeline: error: unrecognized arguments: --frobnicate"
