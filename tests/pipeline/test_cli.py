@@ -1253,3 +1253,22 @@ def test_an_unknown_flag_of_no_known_option_gets_argparse_words_alone(capsys):
     with pytest.raises(SystemExit):
         cli_module.main(["run", "x.jsonl", "--frobnicate"])
     assert capsys.readouterr().err.splitlines()[-1] == "whileai-pipeline: error: unrecognized arguments: --frobnicate"
+
+
+def test_a_sidecar_with_misspelled_keys_is_said_to_have_them(home, tmp_path, monkeypatch):
+    """A sidecar written with 'system' and 'tool' was read as having neither, and the warnings said to put them
+    in the very file the user had written: they now name the keys that look like the two the export reads."""
+    from whileai_pipeline.cli import run_chain
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    src = tmp_path / "typo.jsonl"
+    write_rows(src, sample_rows())
+    (tmp_path / "typo.meta.json").write_bytes(orjson.dumps({"system": "You help.", "tool": [], "model": "m1"}))
+    out = io.StringIO()
+    assert run_chain(src, home=home, out=out) == 0
+    said = [line for line in out.getvalue().splitlines() if "make tool calls but were exported without" in line]
+    assert said, out.getvalue()
+    for line in said:
+        assert line.endswith("The sidecar has 'system' (did you mean 'system_prompt'?), 'tool' (did you mean "
+                             "'tools'?): the export reads only these two names."), line
+        assert "'model'" not in line

@@ -28,7 +28,7 @@ from whileai_pipeline.core import preference, sft
 from whileai_pipeline.core.atomic import atomic_file
 from whileai_pipeline.core.errors import (LINE_ADVICE, BadJsonlError, ExportError, JudgeStalledError,
                                           SourceChangedError, WriteFailedError)
-from whileai_pipeline.core.jsonl import _BLANK, dumps_line, iter_jsonl, parse_line, sha256_file
+from whileai_pipeline.core.jsonl import _BLANK, dumps_line, iter_jsonl, parse_line, read_json, sha256_file
 from whileai_pipeline.core.judge import judge_pairs_file
 from whileai_pipeline.core.pairs import build_pairs_file
 from whileai_pipeline.core.progress import Progress, tick
@@ -689,7 +689,24 @@ def run_sidecar_advice(storage, key) -> str:
     named beside the run file (``_run_file``)."""
     run = _run_file(storage, key)
     return (f"Put system_prompt and tools in the run's sidecar {meta_path_for(run)} (a JSON object beside "
-            f"{run.name}) and run it again.")
+            f"{run.name}) and run it again.{_misspelled_sidecar_keys(meta_path_for(run))}")
+
+
+def _misspelled_sidecar_keys(meta) -> str:
+    """The sidecar's keys that look like ``system_prompt`` or ``tools`` and are not (``system``, ``tool``):
+    the export reads only those two names, and a user who wrote the file sees it there."""
+    import difflib
+
+    try:
+        data = read_json(meta)
+    except (OSError, ValueError):  # none, or one the raw stage refused already
+        return ""
+    if not isinstance(data, dict):
+        return ""
+    wanted = ("system_prompt", "tools")
+    guesses = [(k, difflib.get_close_matches(str(k).lower(), wanted, n=1, cutoff=0.6)) for k in data if k not in wanted]
+    said = [f"{k!r} (did you mean {g[0]!r}?)" for k, g in guesses if g]
+    return f" The sidecar has {', '.join(said)}: the export reads only these two names." if said else ""
 
 
 def two_systems_advice(storage, key) -> str:
