@@ -1272,3 +1272,15 @@ def test_a_sidecar_with_misspelled_keys_is_said_to_have_them(home, tmp_path, mon
         assert line.endswith("The sidecar has 'system' (did you mean 'system_prompt'?), 'tool' (did you mean "
                              "'tools'?): the export reads only these two names."), line
         assert "'model'" not in line
+
+
+def test_a_file_name_that_gives_no_run_name_points_to_name(tmp_path, capsys, monkeypatch):
+    from whileai_pipeline import cli as cli_module
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    nameless = tmp_path / ".jsonl"
+    shutil.copyfile(SAMPLE, nameless)
+    assert cli_module.main(["register", str(nameless), "--home", str(tmp_path / "root")]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "rename the file (letters, digits, _ . -) or give the run a name with --name")
+    assert cli_module.main(["register", str(nameless), "--home", str(tmp_path / "root"), "--name", "night"]) == 0

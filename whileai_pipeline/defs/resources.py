@@ -87,7 +87,8 @@ def partition_key_for(path) -> str:
         name = name[: -len(RUN_SUFFIX)]
     elif "." in name.lstrip("."):
         name = name.rsplit(".", 1)[0]
-    return _key(name, f"cannot derive a run name from {str(path)!r}; rename the file (letters, digits, _ . -)")
+    return _key(name, f"cannot derive a run name from {str(path)!r}; rename the file (letters, digits, _ . -) or "
+                      "give the run a name with --name")
 
 
 def partition_key_for_name(name: str) -> str:
