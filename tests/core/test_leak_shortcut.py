@@ -3,6 +3,7 @@ spec 6.2's reading of a quote and for the loose one (reference_match's reading o
 
 import unicodedata
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from whileai_pipeline.core.conversation import conversation
@@ -13,11 +14,12 @@ from whileai_pipeline.core.scoring import normalize_answer  # how reference_matc
 # Punctuation and full-width letters exercise the loose reading (NFKC, punctuation to spaces).
 # Invisible characters (zero-width space and joiner, word joiner, soft hyphen, BOM, a tag) hide nothing from it.
 # Combining marks (Devanagari vowel signs, Arabic points, an acute accent, the diaeresis NFKC makes of "¨") are
-# part of their words.
+# part of their words; Hangul letters that NFKC joins into syllables.
 ALPHABET = st.sampled_from(list("abcXYZ Σσςİıßẞﬁǅ\u00a0\u2003\t\n\r\x1c.,-:")
                            + list("\u200b\u200d\u2060\u00ad\ufeff\U000e0041")
                            + ["ΟΔΟΣ", "İstanbul", "STRASSE", "ａｂｃ", "\u2014", "1.5", "'", "2", "9,", "_"]
-                           + ["क", "त", "\u093f", "\u093e", "\u094b", "किताब", "\u064e", "e\u0301", "\u00a8"])
+                           + ["क", "त", "\u093f", "\u093e", "\u094b", "किताब", "\u064e", "e\u0301", "\u00a8"]
+                           + ["\u0327", "\u0323", "\u1100", "\u1161", "가"])  # a cedilla and a dot below after "İ"; jamo
 TEXT = st.lists(ALPHABET, max_size=40).map("".join)
 
 
@@ -160,3 +162,17 @@ def test_a_reply_stuck_repeating_a_word_is_searched_a_bounded_number_of_times(mo
         assert bool(leak_verdict(row)) is leaked
         assert bool(_slow_verdict(row)) is leaked
     assert made and all(counting.tries <= gates.SAYS_TRIES for counting in made), [c.tries for c in made]
+
+
+@pytest.mark.parametrize("reply, reference", [
+    # folding twice is not folding once: "ß" and a combining acute fold to "ss" and the acute, NFKC joins "ś"
+    ("Maß\u0301, und Ziel der Dinge", "maß\u0301 und ziel der dinge"),
+    ("İ\u0327stanbul, bir şehir", "i\u0307\u0327stanbul bir şehir"),
+    ("İ\u0327stanbul, bir şehir", "İ\u0327stanbul bir şehir"),
+    # an invisible character between two that NFKC joins: taken out before folding, as a reader sees the text
+    ("cafe\u200b\u0301 au lait noir", "CAFÉ AU LAIT NOIR"),
+    ("xx \u1100\u200b\u1161" + "가" * 12 + " yy", "가" * 13 + " yy"),
+])
+def test_marks_and_invisible_characters_give_the_definition_s_verdict(reply, reference):
+    row = {"prompt": "q", "steps": [{"text": reply}], "final_text": reply, "privileged": {"reference": reference}}
+    assert leak_verdict(row) == _slow_verdict(row)

@@ -13,7 +13,7 @@ import orjson
 from .arguments import ROWS_AS_TEXT, check_rows, trajectories_of
 from .errors import BadRowError, ExportError
 from .conversation import conversation
-from .text import has_combining_mark, lower, normalize, normalize_answer, text
+from .text import answer_words, has_combining_mark, lower, normalize, normalize_answer, text
 from .wire import arguments_are_structured, content_text, strip_think_blocks
 
 ENCODINGS = {"openai": "json_string", "trl": "dict"}
@@ -289,27 +289,35 @@ def _reply_parts(row, rebuilt):
     return parts
 
 
-def _readings(lowered):
-    """``lowered`` as ``normalize_answer`` reads it before turning punctuation into spaces (NFKC, then
-    case-folded), and that without its invisible characters (``_visible``): each word of
-    ``normalize_answer(lowered)`` is a piece of the first, each of ``normalize_answer(_visible(lowered))`` of the
-    second. Most replies are both already and are not copied: ASCII, and Latin-1 text without a character NFKC
-    or case folding changes (a Latin-1 text is NFKC but for those: it holds no combining mark) or a soft hyphen."""
+def _readings(lowered, joined):
+    """``joined`` (whose ``lower`` is ``lowered``) as ``normalize_answer`` reads it before turning punctuation into
+    spaces (NFKC, then case-folded); that without its invisible characters (``_visible``) so read; and
+    ``_visible(lowered)``: each word of ``normalize_answer(joined)`` is a piece of the first, each of
+    ``normalize_answer(_visible(joined))`` of the second. The characters are taken out before folding, as a reader
+    sees the text: one between two that NFKC joins ("e", a zero-width space, a combining acute; Hangul letters)
+    no longer keeps them apart. Text other than Latin-1 is folded as it was written, not lowered: "İ" lowers to "i"
+    and a combining dot, which NFKC puts after a cedilla that follows, where case folding leaves it before.
+    Most replies are all three already and are not copied: ASCII, and Latin-1 text without a character NFKC or
+    case folding changes (a Latin-1 text is NFKC but for those: it holds no combining mark) or a soft hyphen."""
     if lowered.isascii():
-        return lowered, lowered
+        return lowered, lowered, lowered
     try:
         lowered.encode("latin-1")
     except UnicodeEncodeError:
-        if unicodedata.is_normalized("NFKC", lowered):
-            folded = lowered.casefold()
-        else:
-            folded = unicodedata.normalize("NFKC", lowered).casefold()
-        return folded, _visible(folded)
+        folded, shown = _folded(joined), _visible(lowered)
+        return folded, (folded if shown is lowered else _folded(_visible(joined))), shown
     folded = lowered
     if any(c in lowered for c in _LATIN1_FOLDED):  # a search for each of 16 characters: 0.5 µs a bench row's replies
         folded = unicodedata.normalize("NFKC", lowered).casefold()
-    # the soft hyphen is the one Latin-1 format character, and NFKC and case folding make none
-    return folded, folded.replace("\u00ad", "") if "\u00ad" in lowered else folded
+    if "\u00ad" not in lowered:
+        return folded, folded, lowered
+    # the soft hyphen is the one Latin-1 format character; no Latin-1 character NFKC changes joins one after it
+    return folded, folded.replace("\u00ad", ""), lowered.replace("\u00ad", "")
+
+
+def _folded(value):
+    """NFKC, then case-folded, as ``normalize_answer`` reads a text."""
+    return (value if unicodedata.is_normalized("NFKC", value) else unicodedata.normalize("NFKC", value)).casefold()
 
 
 # the lowercase Latin-1 characters NFKC and case folding change ("\u00a0", "\u00b5", "\u00df", "\u00bd"...):
@@ -357,7 +365,7 @@ def _says(folded, said):
         i = folded.find(first, i + 1)
         if i == -1:
             return False
-    return f" {said} " in f" {normalize_answer(folded)} "
+    return f" {said} " in f" {answer_words(folded)} "
 
 
 SAYS_TRIES = 64  # one try per place the first word occurs; past this many, one linear reading costs less
@@ -379,7 +387,11 @@ def _loose_pattern(said):
 
 
 def _lowered(parts):
-    return lower("\n".join(p for p in parts if p))
+    return lower(_joined(parts))
+
+
+def _joined(parts):
+    return "\n".join(p for p in parts if p)
 
 
 def _strings_in(value):
@@ -434,25 +446,24 @@ def _quote_in(parts, needle_set):
     words hold no whitespace, so inside the normalized replies each lies within one of their words,
     and those are pieces of the lowercased replies (lowercasing twice changes nothing). The loose reading
     takes the same shortcut over the replies NFKC-normalized and case-folded (``_readings``), which
-    ``normalize_answer`` changes only by turning punctuation into spaces (and ``normalize_answer`` of the
-    lowercased replies is that of the replies: lowercasing first changes no character's NFKC case fold).
+    ``normalize_answer`` changes only by turning punctuation into spaces.
     """
     needles, words, loose, loose_words, other_words, seen = needle_set
     # The words hold no whitespace either, so each lies within one part (lowercasing does not reach across
     # the newline between two): a final text that repeats a reply (a conversation ends on it) is searched
     # once, not twice (28% of a bench row's text; 2.5 µs of a 20 KB row).
     repeated = parts[0] and parts[0] in parts[1:]
-    lowered = _lowered(parts[1:] if repeated else parts)
+    joined = _joined(parts[1:] if repeated else parts)
+    lowered = lower(joined)
     hit = any(word in lowered for word in words)
     if hit:
         haystack = normalize(_lowered(parts) if repeated else lowered)
         for field, needle, _, _ in needles:
             if needle in haystack:
                 return field, needle
-    folded, visible = _readings(lowered)
+    folded, visible, shown = _readings(lowered, joined)
     if visible is not folded:  # the same search in the replies as a reader sees them, without invisible characters
-        # (with the same shortcut); most text folds to itself, and the class is not searched again (100 µs)
-        shown = visible if folded == lowered else _visible(lowered)
+        # (with the same shortcut)
         if any(word in shown for _, _, _, word in seen):
             haystack = normalize(_visible(_lowered(parts)) if repeated else shown)
             for field, needle, plain, _ in seen:
@@ -466,10 +477,11 @@ def _quote_in(parts, needle_set):
     if not any(word in folded for word in probes) and (visible is folded or not any(w in visible for w in probes)):
         return False
     if repeated:  # the whole text, for words that run from the final text into the first reply
-        lowered = _lowered(parts)
-        folded, visible = _readings(lowered)
+        joined = _joined(parts)
+        lowered = lower(joined)
+        folded, visible, _ = _readings(lowered, joined)
     says = _reader(folded, folded is not lowered)
-    says_visible = _reader(visible, folded is not lowered) if visible is not folded else None
+    says_visible = _reader(visible, visible is not lowered) if visible is not folded else None
     for field, needle, said in loose:
         # whole words, as reference_match reads a repeat, or once the invisible characters are out
         if says(said) or (says_visible is not None and says_visible(said)):
@@ -482,7 +494,7 @@ def _reader(folded, may_hold_marks):
     as ``\\w`` does; ``normalize_answer`` keeps it in its word. A text that holds one (``may_hold_marks``: it
     is not ``lowered`` Latin-1, which holds none) is normalized once and its words searched instead."""
     if may_hold_marks and has_combining_mark(folded):
-        words = f" {normalize_answer(folded)} "
+        words = f" {answer_words(folded)} "
         return lambda said: f" {said} " in words
     return functools.partial(_says, folded)
 

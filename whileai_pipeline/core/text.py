@@ -67,8 +67,14 @@ def normalize_answer(value) -> str:
     """NFKC, case-folded, punctuation to spaces, whitespace collapsed: how ``reference_match`` compares an
     answer with its reference, and how the leak gate reads a reply that repeats a privileged text. A combining
     mark is part of its word, not punctuation (``combining_marks``)."""
-    text = unicodedata.normalize("NFKC", str(value)).casefold()
-    return _WS.sub(" ", _punctuation().sub(" ", text)).strip()
+    return answer_words(unicodedata.normalize("NFKC", str(value)).casefold())
+
+
+def answer_words(folded: str) -> str:
+    """The last steps of ``normalize_answer``, for a text already NFKC-normalized and then case-folded: doing
+    those twice is not doing them once ("ß" and a combining acute fold to "ss" and the acute, which NFKC
+    then joins into "ś")."""
+    return _WS.sub(" ", _punctuation().sub(" ", folded)).strip()
 
 
 @functools.cache
