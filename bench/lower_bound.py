@@ -55,13 +55,14 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=2, help="keep the least CPU time of this many reads")
     args = parser.parse_args(argv)
     from whileai_pipeline.core.pairs import build_pairs_file
+    from whileai_pipeline.core.parallel import usable_cores
 
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(args.data))) as tmp:
         pairs = os.path.join(tmp, "pairs.jsonl")
         built = build_pairs_file(args.data, pairs)
         run_s, rows = cpu_seconds(parse_run, args.data, args.repeat)
         pair_s, n_pairs = cpu_seconds(pair_roundtrip, pairs, args.repeat)
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cores()  # a CPU quota counts, as for the exports' workers
     total = run_s + 2 * pair_s
     print(f"parse_run: {rows} rows, {run_s:.2f} CPU s")
     print(f"pair_roundtrip: {n_pairs} pairs ({built['n_written']} built), {pair_s:.2f} CPU s")

@@ -482,8 +482,9 @@ def d8_scrub_blocked_keys(rows: list) -> list:
 
 def compact_json(x) -> str:
     """Compact JSON as API_CONTRACT says ``function.arguments`` is written: orjson's text (its float spelling:
-    ``1e-7``, not Python's ``1e-07``); with Python's json for what orjson cannot write (integers beyond 64 bits)
-    or would write as null (NaN, Infinity: kept as tokens for the strict gate to refuse, DECISIONS 3)."""
+    ``1e-7``, not Python's ``1e-07``), an integer beyond 64 bits written with all its digits among it; Python's
+    json for what orjson would write as null (NaN, Infinity: kept as tokens for the strict gate to refuse,
+    DECISIONS 3)."""
     if not _has_nonfinite(x):
         try:
             return orjson.dumps(x).decode("utf-8")
