@@ -693,19 +693,22 @@ def run_sidecar_advice(storage, key) -> str:
 
 
 def _misspelled_sidecar_keys(meta) -> str:
-    """The sidecar's keys that look like ``system_prompt`` or ``tools`` and are not (``system``, ``tool``):
-    the export reads only those two names, and a user who wrote the file sees it there."""
-    import difflib
-
+    """The sidecar's keys that stand for ``system_prompt`` or ``tools`` under another name (``system``,
+    ``systemPrompt``, ``tool``, ``functions``) where that name is missing: the export reads only those two
+    names, and a user who wrote the file sees it there."""
     try:
         data = read_json(meta)
     except (OSError, ValueError):  # none, or one the raw stage refused already
         return ""
     if not isinstance(data, dict):
         return ""
-    wanted = ("system_prompt", "tools")
-    guesses = [(k, difflib.get_close_matches(str(k).lower(), wanted, n=1, cutoff=0.6)) for k in data if k not in wanted]
-    said = [f"{k!r} (did you mean {g[0]!r}?)" for k, g in guesses if g]
+    said = []
+    for key in data:
+        flat = "".join(c for c in str(key).lower() if c.isalnum())
+        if "system_prompt" not in data and ("system" in flat or flat == "sysprompt"):
+            said.append(f"{key!r} (did you mean 'system_prompt'?)")
+        elif "tools" not in data and (flat.startswith("tool") or flat == "functions"):
+            said.append(f"{key!r} (did you mean 'tools'?)")
     return f" The sidecar has {', '.join(said)}: the export reads only these two names." if said else ""
 
 
