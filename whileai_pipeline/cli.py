@@ -104,10 +104,10 @@ def _is_export_report(path) -> bool:
         "source_sha256", "sha256", "n_written"} <= report.keys()
 
 
-def _storage(home, config_file=None):
+def _storage(home, fix=None):
     """The storage under ``home`` (else ``$WHILEAI_PIPELINE_HOME`` or ./whileai_data), its root created;
-    a UsageError when that root cannot be a folder of ours (a file there, no such place, no rights).
-    ``config_file``: the file whose ``resources.storage.config.root`` named ``home``, where to change it."""
+    a UsageError when that root cannot be a folder of ours (a file there, no such place, no rights), saying to
+    ``fix`` it (``_root_fix``: a root the config file names), else to pass --home or set the variable."""
     from whileai_pipeline.defs.resources import ENV_HOME, PipelineStorage
 
     storage = PipelineStorage(root=str(home) if home else None)
@@ -118,8 +118,7 @@ def _storage(home, config_file=None):
     except OSError as exc:
         is_file = storage.base.exists() and not storage.base.is_dir()
         reason = "a file is there, not a folder" if is_file else exc.strerror or str(exc)
-        fix = (f"change resources.storage.config.root in the config file {config_file} (or take it out and pass "
-               "--home DIR)" if config_file else f"pass --home DIR, or set ${ENV_HOME}")
+        fix = fix or f"pass --home DIR, or set ${ENV_HOME}"
         raise UsageError(f"cannot keep the pipeline's files under {storage.base} ({reason}): {fix}, naming a folder "
                          "you can write") from None
     return storage
@@ -185,7 +184,11 @@ def _instance(storage, out):
         if not home.is_absolute():
             raise UsageError(f"DAGSTER_HOME must be an absolute path, got {dagster_home!r}")
         unset = f"or unset DAGSTER_HOME to use the embedded instance under {storage.dagster_home}"
-        blocker = next((p for p in (home, *home.parents) if p.exists()), None)
+        try:
+            blocker = next((p for p in (home, *home.parents) if p.exists()), None)
+        except OSError as exc:  # a folder on the way that this user may not enter
+            raise UsageError(f"cannot reach DAGSTER_HOME={home} ({exc.strerror or exc}): point it at a folder you "
+                             f"can write, {unset}") from None
         if blocker is not None and not blocker.is_dir():
             where = "is a file" if blocker == home else f"is below {blocker}, a file"
             raise UsageError(f"DAGSTER_HOME={home} {where}, not a folder: point it at the folder that holds (or is "
@@ -487,7 +490,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
     except (ConfigFileError, ValueError) as exc:
         raise UsageError(f"{exc}{in_file}") from None
     given, home = home, _root_of(run_config, home)
-    root_set_in = config_file if home is not None and given is None else None  # else --home or the environment
+    root_fix = _root_fix(run_config, config_file) if home is not None and given is None else None  # its own root
 
     if not verbose:
         _quiet_dagster()
@@ -512,7 +515,7 @@ def run_chain(path, *, config_file=None, name=None, home=None, verbose=False, ou
         dg.validate_run_config(job, {k: v for k, v in run_config.items() if k != "execution"})
     except dg.DagsterInvalidConfigError as exc:
         raise UsageError(f"invalid config: {_config_error(exc)}{in_file}") from None
-    storage = _storage(home, root_set_in)
+    storage = _storage(home, root_fix)
     if not verbose and out.isatty():
         _attach_progress_bars(out)
     capture = contextlib.nullcontext([]) if verbose else _stderr_held_back()
@@ -691,16 +694,31 @@ def _root_of(run_config, home):
     locked) there too; a root given both ways that differs is bad usage."""
     from whileai_pipeline.defs.config import env_text
 
-    resources = run_config.get("resources")
-    storage = resources.get("storage") if isinstance(resources, dict) else None
-    config = storage.get("config") if isinstance(storage, dict) else None
-    root = env_text(config.get("root")) if isinstance(config, dict) else None  # {env: NAME}: Dagster reads it
+    root = env_text(_root_setting(run_config))  # {env: NAME}: Dagster reads it
     if not root or not isinstance(root, str):  # a wrong type is Dagster's to report (exit 2)
         return home
     if home and Path(home).expanduser().resolve() != Path(root).expanduser().resolve():
         raise UsageError(f"the config file sets resources.storage.config.root to {root} but --home is {home}: "
                          "give the storage root one way")
     return root
+
+
+def _root_setting(run_config):
+    """The run config's ``resources.storage.config.root`` as written (a path, or ``{env: NAME}``), or None."""
+    resources = run_config.get("resources")
+    storage = resources.get("storage") if isinstance(resources, dict) else None
+    config = storage.get("config") if isinstance(storage, dict) else None
+    return config.get("root") if isinstance(config, dict) else None
+
+
+def _root_fix(run_config, config_file) -> str:
+    """What to change when the storage root the config file names cannot be used: the file, or the variable
+    it reads the root from."""
+    setting = _root_setting(run_config)
+    if isinstance(setting, dict) and isinstance(setting.get("env"), str):
+        return f"set ${setting['env']}, which resources.storage.config.root in the config file {config_file} reads"
+    return (f"change resources.storage.config.root in the config file {config_file} (or take it out and pass "
+            "--home DIR)")
 
 
 def _disk_full(exc):
@@ -819,12 +837,17 @@ def _unknown_hint(command, unknown) -> str:
 
     options = [a.split("=", 1)[0].lstrip("-").replace("-", "_") for a in unknown if a.startswith("--")]
     known = [name for name in options if name in FLAT_OPTIONS]
+    # the words that are no option and no option's value (``--workers 2``): run files given beside the first
+    files = [a for i, a in enumerate(unknown)
+             if not a.startswith("-") and not (i and unknown[i - 1].startswith("-") and "=" not in unknown[i - 1])]
     if known and command in ("run", "demo"):
         return (f" ({known[0]} is an option of the exports: put '{known[0]}: ...' in a YAML file and pass it as "
                 "--config FILE; docs/pipeline.md, Options, lists them)")
     if known and command == "register":
         return f" (register runs nothing, so it takes no option of the exports: give {known[0]} to run's --config FILE)"
-    if command in ("run", "register") and any(not a.startswith("-") for a in unknown):
+    if command == "register" and {"config", "verbose"} & set(options):
+        return " (register runs nothing, so it takes neither --config nor --verbose: give them to run)"
+    if command in ("run", "register") and files:
         return f" ({command} takes one run file: {command} each one on its own)"
     return ""
 

@@ -52,3 +52,27 @@ def test_a_dagster_yaml_that_is_not_yaml_is_named(tmp_path, monkeypatch, capsys)
     (line,) = out.err.splitlines()
     assert line.startswith(f"whileai-pipeline: error: cannot open the Dagster instance of DAGSTER_HOME={home}")
     assert "Fix that file's YAML" in line and "DAGSTER_PG" not in line, line
+
+
+def test_a_dagster_home_behind_a_folder_that_cannot_be_entered_is_bad_usage(tmp_path, monkeypatch, capsys):
+    """Path.exists raises PermissionError (EACCES) on Python 3.11 for a path below a folder this user may not
+    enter (root may enter any, so the error is raised here by hand)."""
+    import pathlib
+
+    locked = tmp_path / "locked"
+    home = locked / "dagster_home"
+    exists = pathlib.Path.exists
+
+    def guarded(path, *args, **kwargs):
+        if locked in (path, *path.parents) and path != locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return exists(path, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "exists", guarded)
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    code = cli_module.main(["register", str(cli_module.SAMPLE_RUN), "--home", str(tmp_path / "whileai")])
+    out = capsys.readouterr()
+    assert code == EXIT_USAGE, out.err
+    (line,) = out.err.splitlines()
+    assert line.startswith(f"whileai-pipeline: error: cannot reach DAGSTER_HOME={home} (Permission denied): point "
+                           "it at a folder you can write"), line

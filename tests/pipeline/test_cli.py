@@ -360,6 +360,12 @@ def test_a_storage_root_that_cannot_be_a_folder_is_bad_usage(home, tmp_path, mon
     assert (f"whileai-pipeline: error: cannot keep the pipeline's files under {a_file} (a file is there, not a "
             f"folder): change resources.storage.config.root in the config file {config} (or take it out and pass "
             "--home DIR), naming a folder you can write") in capsys.readouterr().err
+    # ... or, where the file reads it from a variable ({env: NAME}), that variable is to be set
+    config.write_text("ops: {}\nresources:\n  storage:\n    config:\n      root: {env: MY_ROOT}\n")
+    monkeypatch.setenv("MY_ROOT", str(a_file))
+    assert cli_module.main(["run", str(SAMPLE), "--config", str(config)]) == 2
+    assert (f"under {a_file} (a file is there, not a folder): set $MY_ROOT, which resources.storage.config.root in "
+            f"the config file {config} reads, naming a folder you can write") in capsys.readouterr().err
 
 
 def test_a_step_that_raises_is_reported_with_its_own_error(home, tmp_path, monkeypatch):
@@ -1234,6 +1240,8 @@ def test_rows_whose_privileged_block_is_text_are_said_in_the_cli_output(home, tm
     (["run", "a.jsonl", "b.jsonl"], "unrecognized arguments: b.jsonl (run takes one run file: run each one on its "
      "own)"),
     (["register", "a.jsonl", "b.jsonl", "c.jsonl"], "(register takes one run file"),
+    (["register", "a.jsonl", "--config", "c.yaml"], "unrecognized arguments: --config c.yaml (register runs nothing, "
+     "so it takes neither --config nor --verbose: give them to run)"),
 ])
 def test_arguments_a_command_does_not_take_are_named_with_what_to_do(argv, hint, capsys):
     """An export option given as a flag, or a shell glob that matched two runs: argparse's usage error (exit 2),
@@ -1247,12 +1255,15 @@ def test_arguments_a_command_does_not_take_are_named_with_what_to_do(argv, hint,
     assert "whileai-pipeline: error: unrecognized arguments: " in err and hint in err, err
 
 
-def test_an_unknown_flag_of_no_known_option_gets_argparse_words_alone(capsys):
+@pytest.mark.parametrize("extra", [["--frobnicate"], ["--workers", "2"]])
+def test_an_unknown_flag_of_no_known_option_gets_argparse_words_alone(capsys, extra):
+    """Not even "run takes one run file": the word after an option is its value, not a second run."""
     from whileai_pipeline import cli as cli_module
 
     with pytest.raises(SystemExit):
-        cli_module.main(["run", "x.jsonl", "--frobnicate"])
-    assert capsys.readouterr().err.splitlines()[-1] == "whileai-pipeline: error: unrecognized arguments: --frobnicate"
+        cli_module.main(["run", "x.jsonl", *extra])
+    assert capsys.readouterr().err.splitlines()[-1] == ("whileai-pipeline: error: unrecognized arguments: "
+                                                        + " ".join(extra))
 
 
 def test_a_sidecar_with_misspelled_keys_is_said_to_have_them(home, tmp_path, monkeypatch):
@@ -1284,3 +1295,21 @@ def test_a_file_name_that_gives_no_run_name_points_to_name(tmp_path, capsys, mon
     assert capsys.readouterr().err.strip().endswith(
         "rename the file (letters, digits, _ . -) or give the run a name with --name")
     assert cli_module.main(["register", str(nameless), "--home", str(tmp_path / "root"), "--name", "night"]) == 0
+
+
+@pytest.mark.parametrize("sidecar, said", [
+    ({"system": "S", "tool": [], "model": "m"}, "'system' (did you mean 'system_prompt'?), 'tool' (did you mean "
+     "'tools'?)"),
+    ({"systemPrompt": "S", "Tools": []}, "'systemPrompt' (did you mean 'system_prompt'?), 'Tools' (did you mean "
+     "'tools'?)"),
+    ({"system_prompt": "S", "prompt": "p", "roles": [], "tool": []}, "'tool' (did you mean 'tools'?)"),
+    ({"system_prompt": "S", "system_prompt_v2": "T", "tools": [], "tool": []}, None),  # both names there
+    ({"prompt": "p", "roles": [], "model": "m"}, None),  # nothing that stands for either
+])
+def test_only_keys_that_stand_for_a_missing_name_are_called_misspelled(tmp_path, sidecar, said):
+    from whileai_pipeline.defs.assets import _misspelled_sidecar_keys
+
+    meta = tmp_path / "run.meta.json"
+    meta.write_bytes(orjson.dumps(sidecar))
+    expected = f" The sidecar has {said}: the export reads only these two names." if said else ""
+    assert _misspelled_sidecar_keys(meta) == expected
