@@ -174,7 +174,7 @@ def _load_config_file(path) -> dict:
     return data
 
 
-def _instance(storage, out):
+def _instance(storage, out=None):
     import dagster as dg
     import yaml
 
