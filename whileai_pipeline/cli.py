@@ -42,7 +42,7 @@ class UsageError(Exception):
 def _run_file(path) -> Path:
     """``path`` as a Path, or a UsageError saying why it is not a run file (missing, a directory, a run's
     sidecar or progress file)."""
-    from whileai_pipeline.core.jsonl import require_file
+    from whileai_pipeline.core.jsonl import compressed_file, require_file
     from whileai_pipeline.core.runs import PROGRESS_SUFFIX
     from whileai_pipeline.defs.publishing import report_file
 
@@ -58,7 +58,7 @@ def _run_file(path) -> Path:
         require_file(path, "run file", "pass the path of a .jsonl run")
     except OSError as exc:
         raise UsageError(str(exc)) from None
-    if packed := _compressed(path):
+    if packed := compressed_file(path):  # read as text, its first line would be "invalid UTF-8 ... fix that line"
         kind, tool = packed
         raise UsageError(f"{path} is {kind}-compressed, not a JSONL run: decompress it first (e.g. {tool} {path}) "
                          "and pass the .jsonl file it gives")
@@ -69,18 +69,6 @@ def _run_file(path) -> Path:
         raise UsageError(f"{path} is a training file this pipeline exported ({report.name} beside it is its "
                          "report), not a simulation run: pass the run file it was made from")
     return path
-
-
-def _compressed(path):
-    """(kind, the command that decompresses it) when ``path`` starts with a compressor's magic bytes: read as
-    text, its first line would be "invalid UTF-8 ... fix or remove that line"."""
-    from whileai_pipeline.core.jsonl import compressed_kind
-
-    try:
-        with open(path, "rb") as fh:
-            return compressed_kind(fh.read(6))
-    except OSError:
-        return None
 
 
 REPORT_MAX_BYTES = 64 << 20
@@ -193,7 +181,7 @@ def _instance(storage, out=None):
             where = "is a file" if blocker == home else f"is below {blocker}, a file"
             raise UsageError(f"DAGSTER_HOME={home} {where}, not a folder: point it at the folder that holds (or is "
                              f"to hold) the Dagster instance, {unset}")
-        created = not home.exists()
+        created = blocker != home  # the first path that exists on the way up is not DAGSTER_HOME itself
         try:
             home.mkdir(parents=True, exist_ok=True)  # Dagster wants it to exist (a CI job's first command)
             instance = dg.DagsterInstance.get()

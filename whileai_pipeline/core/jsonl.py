@@ -294,6 +294,16 @@ def compressed_kind(head: bytes):
     return None
 
 
+def compressed_file(path):
+    """``compressed_kind`` of the file at ``path`` (None for one that cannot be read): what the commands say
+    of a compressed run or training file instead of reading it line by line."""
+    try:
+        with open(path, "rb") as fh:
+            return compressed_kind(fh.read(6))
+    except OSError:
+        return None
+
+
 def _reason(exc, line):
     try:
         line.decode("utf-8")

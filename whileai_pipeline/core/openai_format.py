@@ -1033,7 +1033,7 @@ def run_validate(path, format="openai", *, json_output=False, strict_keys=False,
     import json
     import sys
 
-    from .jsonl import compressed_kind, require_file  # noqa: PLC0415
+    from .jsonl import compressed_file, require_file  # noqa: PLC0415
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -1043,12 +1043,10 @@ def run_validate(path, format="openai", *, json_output=False, strict_keys=False,
     path = Path(path).expanduser()  # a quoted "~/x.jsonl": the shell left the ~ as it is
     try:
         require_file(path, "file", "pass the training .jsonl file to check")
-        with open(path, "rb") as fh:
-            packed = compressed_kind(fh.read(6))
     except OSError as exc:
         print(f"whileai-pipeline: error: {exc}", file=err)
         return EXIT_USAGE
-    if packed:  # else every line is "not UTF-8", and the file INVALID
+    if packed := compressed_file(path):  # else every line is "not UTF-8", and the file INVALID
         kind, tool = packed
         print(f"whileai-pipeline: error: {path} is {kind}-compressed, not a JSONL file: decompress it first (e.g. "
               f"{tool} {path}) and check the .jsonl file it gives", file=err)
