@@ -248,6 +248,42 @@ def test_flat_config_maps_to_each_asset():
     assert flat_to_run_config(good) == good
 
 
+@pytest.mark.parametrize("options, said", [
+    ({"ops": {"sft_exprt": {"config": {"mask_mode": "final"}}}},
+     "unknown asset 'sft_exprt' under ops: (did you mean 'sft_export'?); the assets that take options: "
+     "raw_simulation_data, scored_simulation_data, preference_pairs, sft_export, dpo_export"),
+    ({"ops": {"sft_export": {"config": {"mask_mod": "final"}}}},
+     "unknown option 'mask_mod' under ops: sft_export: config: (did you mean 'mask_mode'?); sft_export's options: "
+     "formats, mask_mode, unroll, strip_think, max_tool_output_chars, validate, sft_rows"),
+    ({"ops": {"dpo_export": {"config": {"validate_gates": False}}}},  # the field's name, not its run config key
+     "unknown option 'validate_gates' under ops: dpo_export: config: (did you mean 'validate'?)"),
+    ({"ops": {"preference_pairs": {"config": {"zzz": 1}}}}, "unknown option 'zzz' under ops: preference_pairs: "
+     "config:; preference_pairs's options: max_pairs_per_prompt, "),
+    ({"opps": {"sft_export": {"config": {}}}}, "unknown option(s) ['opps'] (did you mean 'ops' for 'opps'?)"),
+])
+def test_a_misspelled_name_in_an_ops_file_is_named_with_the_likely_one(options, said):
+    """Dagster's own error for these printed the whole job's config schema on one line."""
+    with pytest.raises(ConfigFileError) as raised:
+        flat_to_run_config(options)
+    assert str(raised.value).startswith(said)
+
+
+def test_names_in_an_ops_file_that_are_ops_of_the_job_or_close_to_no_asset_are_left_to_dagster():
+    """The gates' checks are ops of the job too; a name like no asset's gets Dagster's own error."""
+    import dagster as dg
+
+    from whileai_pipeline.definitions import defs
+
+    job = defs.resolve_job_def("simulation_chain")
+    checks = {"ops": {"sft_export_privileged_leak": {}, "dpo_export_consumer_format": {"config": {}}}}
+    assert flat_to_run_config(checks) is checks
+    assert dg.validate_run_config(job, checks)
+    elsewhere = {"ops": {"totally_other": {"config": {}}}}
+    assert flat_to_run_config(elsewhere) is elsewhere
+    with pytest.raises(dg.DagsterInvalidConfigError, match="totally_other"):
+        dg.validate_run_config(job, elsewhere)
+
+
 def test_partition_keys_and_sidecars(tmp_path):
     assert partition_key_for("runs/My Run (v2).jsonl") == "My_Run_v2"
     assert partition_key_for("a.b.jsonl") == "a.b"

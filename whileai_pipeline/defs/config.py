@@ -297,13 +297,15 @@ def flat_to_run_config(options: dict, assets=None) -> dict:
     if not isinstance(options, dict):
         raise ConfigFileError(f"a config file must hold a mapping of options, got {type(options).__name__}")
     if "ops" in options:
+        _check_op_names(options["ops"])
         _check_op_configs(options["ops"])
         return options
     if said := _dagster_form_without_ops(options):
         raise ConfigFileError(said)
     unknown = sorted(set(options) - set(FLAT_OPTIONS))
     if unknown:
-        guesses = {name: difflib.get_close_matches(name, FLAT_OPTIONS, n=1) for name in unknown}
+        # "ops" too: a misspelled "ops:" made the file read as flat options, unknown all
+        guesses = {name: difflib.get_close_matches(name, [*FLAT_OPTIONS, "ops"], n=1) for name in unknown}
         hint = ", ".join(f"{match[0]!r} for {name!r}" for name, match in guesses.items() if match)
         raise ConfigFileError(f"unknown option(s) {unknown}{f' (did you mean {hint}?)' if hint else ''}; "
                               f"known: {sorted(FLAT_OPTIONS)}")
@@ -361,6 +363,32 @@ def _asset_options(block) -> list:
         return []
     values = block.get("config") if "config" in block else block
     return list(values) if isinstance(values, dict) else []
+
+
+def _check_op_names(ops) -> None:
+    """A misspelled asset or option in an ``ops:`` file, named with the likely one (ConfigFileError). Dagster's
+    own error names the entry too, but then prints the whole job's config schema on one line. A name close to
+    no asset's is left to Dagster: the gates' checks are ops of the job too."""
+    if not isinstance(ops, dict):
+        return
+    for name, block in ops.items():
+        cls = CONFIG_CLASSES.get(name)
+        if cls is None:
+            match = difflib.get_close_matches(str(name), CONFIG_CLASSES, n=1)
+            if match:
+                raise ConfigFileError(f"unknown asset {name!r} under ops: (did you mean {match[0]!r}?); the assets "
+                                      f"that take options: {', '.join(CONFIG_CLASSES)}")
+            continue
+        values = block.get("config") if isinstance(block, dict) else None
+        if not isinstance(values, dict):
+            continue
+        known = [field.alias or key for key, field in cls.model_fields.items()]
+        for option in values:
+            if option not in known:
+                match = difflib.get_close_matches(str(option), known, n=1)
+                hint = f" (did you mean {match[0]!r}?)" if match else ""
+                raise ConfigFileError(f"unknown option {option!r} under ops: {name}: config:{hint}; "
+                                      f"{name}'s options: {', '.join(known)}")
 
 
 def check_run_config(run_config) -> None:
