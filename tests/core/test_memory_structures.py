@@ -267,3 +267,24 @@ def test_prescan_keeps_each_rows_group_but_not_its_reward_while_rows_are_written
     assert [scan.groups.row_group(i) for i in range(300)] == [i % 7 for i in range(300)]
     assert list(scan.groups.iter_row_groups()) == [i % 7 for i in range(300)]
     assert _per_row_bytes(scan.groups, 300) == 4
+
+
+def test_an_export_without_group_fields_keeps_no_byte_per_row(tmp_path, monkeypatch):
+    """Unrolled rows carry no group fields (spec 3.11), so nothing is spliced: the tally's flag a training
+    row (whether it was written) grew with the rows all the same, a byte each, read by nobody."""
+    import whileai_pipeline.core.sft as sft
+    import whileai_pipeline.simulations as wai
+
+    tallies = []
+
+    class Kept(sft._SftTally):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            tallies.append(self)
+
+    monkeypatch.setattr(sft, "_SftTally", Kept)
+    rows = _rows(120, 5)
+    unrolled = wai.export_dataset(iter(rows), tmp_path / "unrolled.jsonl", unroll=True, validate=False)
+    assert unrolled["n"] >= 120 and tallies[-1].groups is None and len(tallies[-1].entry_written) == 0
+    grouped = wai.export_dataset(iter(rows), tmp_path / "grouped.jsonl", validate=False)
+    assert len(tallies[-1].entry_written) == grouped["n"] == 120 and grouped["groups"] == 5

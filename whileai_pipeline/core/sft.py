@@ -8,8 +8,8 @@ goes to a spool beside the destination and ``Spool.publish`` splices each line's
 the end. A big file over worker processes keeps its part files in the spool's format until every row
 is seen, then the parent splices the fields in as it appends the parts in order (``_splice_parts``),
 while a thread hashes the source (``SourceDigest``). Memory holds per-group state (the per-row group
-index and reward go to a temporary file when no pre-scan is made), never rows, and nothing is
-published when a gate or a schema check fails.
+index and reward go to a temporary file when no pre-scan is made; a byte a training row says whether it
+was written), never rows, and nothing is published when a gate or a schema check fails.
 """
 
 import contextlib
@@ -282,7 +282,7 @@ class _SftTally:
         self.prescan = None
         self.owns_groups = groups is None
         self.groups = (GroupStats(spill=True) if groups is None else groups) if plan.grouping else None
-        self.entry_written = bytearray()  # per training row: 1 if written (no pre-scan: for splicing)
+        self.entry_written = bytearray()  # per training row: 1 if written (no pre-scan, with groups: for splicing)
         self.parts = []  # part files: pooled lines waiting for their group fields, in order
         self.roundtrip, self.leaks = RoundtripGate(plan.format), LeakGate()
         self.schema = SchemaCheck("training_rows")
@@ -342,7 +342,8 @@ class _SftTally:
             else:
                 if group is not None and self.owns_groups:
                     self.groups.add_summary(*group)
-                self.entry_written.append(0)
+                if self.groups is not None:  # no groups (unroll): nothing reads it
+                    self.entry_written.append(0)
             if self.schema.bad:
                 continue
             if written is None:
@@ -384,7 +385,7 @@ class _SftTally:
             if self.prescan is not None:
                 if g >= 0:
                     self.written_seen[g] = 1
-            else:
+            elif self.groups is not None:
                 self.entry_written[-1] = 1
             self.n_out += 1
 
