@@ -174,7 +174,7 @@ def _digit_words(buffer, pos, count) -> list:
     of a bench run: 0.09-0.12 ns a byte (about 2 µs a 20 KB row), against 0.13 for a byte-wise numpy
     test and 0.55 for ``bytes.translate``.
     """
-    import numpy as np  # noqa: PLC0415 (pandas' own dependency; loaded when a big buffer needs it)
+    import numpy as np  # noqa: PLC0415 (loaded when a big buffer needs it)
 
     if count <= 0:
         return []

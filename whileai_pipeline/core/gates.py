@@ -186,14 +186,10 @@ def _uncountable(row):
 
 # ---------------------------------------------------------------- leak gate
 
-def leak_needles(row, min_len=LEAK_MIN_QUOTE_CHARS):
-    """(field path, normalized text, its longest word) of every privileged string long enough to be a quote."""
-    return [(path, needle, word) for path, needle, word, _ in _needle_set(row, min_len)[0]]
-
-
 def _needle_set(row, min_len):
     """(needles, the distinct longest words among them, the needles read loosely, the distinct longest words
-    among those, the needles seen), built once per privileged block. A needle is (field path, normalized text,
+    among those, those of them that are no needle's longest word, the needles seen), built once per privileged
+    block. A needle is (field path, normalized text,
     its longest word, its loose readings: its ``normalize_answer`` text, and that of it without its invisible
     characters when it holds any, each left out when shorter than ``min_len``). A needle read loosely is (field
     path, normalized text, one loose reading); a needle seen is (field path, normalized text, that without its
@@ -372,7 +368,8 @@ SAYS_TRIES = 64  # one try per place the first word occurs; past this many, one 
 
 
 # what ``normalize_answer`` turns into one space: whitespace and punctuation, but not a point or comma between
-# digits (``text._PUNCT``)
+# digits (``text._punctuation``). Unlike there, a combining mark is a gap here (``\w`` leaves it out): ``_reader``
+# reads a text that holds one by its words instead
 _LOOSE_GAP = r"(?:\s|(?!(?<=\d)[.,]\d)[^\w\s])+"
 
 

@@ -287,12 +287,11 @@ class ConfigFileError(ValueError):
     """A config file the pipeline cannot use (unknown option, wrong value)."""
 
 
-def flat_to_run_config(options: dict, assets=None) -> dict:
+def flat_to_run_config(options: dict) -> dict:
     """``{"validate": False, "mask_mode": "final"}`` -> ``{"ops": {"sft_export": {"config": ...}, ...}}``.
 
     A mapping that already has a top-level ``ops`` key is taken as a Dagster run config and passed
     through. Values are checked against the config classes here, so a bad file fails before any run.
-    ``assets`` limits the ops written (a run that selects only some assets must not configure others).
     """
     if not isinstance(options, dict):
         raise ConfigFileError(f"a config file must hold a mapping of options, got {type(options).__name__}")
@@ -317,8 +316,6 @@ def flat_to_run_config(options: dict, assets=None) -> dict:
             per_asset.setdefault(asset, {})[name] = value
     ops = {}
     for asset, values in per_asset.items():
-        if assets is not None and asset not in assets:
-            continue
         _check_values(asset, CONFIG_CLASSES[asset], values)
         ops[asset] = {"config": values}
     return {"ops": ops} if ops else {}
