@@ -364,15 +364,14 @@ def _export_lines(result, storage, key):
                          f"{', '.join(md['removed'].value)}")
         if "warnings" in md and "rejected_path" not in md:  # a refused candidate's: the gate lines say enough
             lines += _warning_lines(asset, md["warnings"].value, formats)
+    from whileai_pipeline.defs.publishing import GATES
+
     for ev in result.get_asset_check_evaluations():
         # a gate that passed with a warning (nothing to read, validate: false) says so as well
         gate_warned = ev.passed and ev.check_name in GATES and ev.severity.value == "WARN"
         if (not ev.passed and ev.severity.value != "ERROR") or gate_warned:
             lines.append(f"  check {ev.asset_key.to_user_string()}.{ev.check_name} WARNING: {ev.description}")
     return lines
-
-
-GATES = ("tool_call_roundtrip", "privileged_leak")
 
 
 def _why_nothing(result, asset, md, fmt):

@@ -17,6 +17,7 @@ import threading
 from .arguments import check_rows, refuse_pairs_with_report, whole_number
 from .errors import JudgeStalledError
 from .gates import scrub
+from .pairs import is_pair
 from .text import text
 
 POSITION_FLIP_FLAG = 0.2
@@ -197,10 +198,6 @@ def _check_concurrency(concurrency) -> int:
         raise ValueError(f"concurrency must be a whole number of at least 1, got {concurrency!r}: how many "
                          "pairs the judge is asked about at once (1 for a judge that keeps state)")
     return n
-
-
-def is_pair(entry):
-    return isinstance(entry.get("chosen"), dict) and isinstance(entry.get("rejected"), dict)
 
 
 class PairwiseJudging:

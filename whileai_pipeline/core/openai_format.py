@@ -82,8 +82,8 @@ import orjson
 from .datasets_types import ColumnKinds, json_type
 from .exact_numbers import lines_with_runs, split_with_runs, strict_line, strict_loads, too_many_digits
 from .exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from .gates import FORMATS
 
-FORMATS = ("openai", "trl")
 ROLES = ("system", "user", "assistant", "tool")
 NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 MIN_EXAMPLES = 10
@@ -1030,10 +1030,9 @@ def run_validate(path, format="openai", *, json_output=False, strict_keys=False,
     0 the file is valid (warnings allowed), 1 it has errors, 2 bad usage (unknown format, no such file).
     ``json_output`` prints the whole report as JSON instead of the text lines.
     """
-    import json
     import sys
 
-    from .jsonl import compressed_file, require_file  # noqa: PLC0415
+    from .jsonl import compressed_file, json_document, require_file  # noqa: PLC0415
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -1053,7 +1052,7 @@ def run_validate(path, format="openai", *, json_output=False, strict_keys=False,
         return EXIT_USAGE
     report = validate_file(path, format, strict_keys=strict_keys)
     if json_output:
-        print(json.dumps(report, indent=2, ensure_ascii=False), file=out)
+        out.write(json_document(report).decode())
     else:
         print(format_report(report, limit=limit), file=out)
     return EXIT_OK if report["ok"] else EXIT_FAILED

@@ -232,12 +232,13 @@ def pass1_fields(row, _=None):
     if fields is None:
         if out_of_range(row):
             return OUT_OF_RANGE
-        if _is_pair(row):
+        if is_pair(row):
             return PAIR_ROW
     return fields
 
 
-def _is_pair(row) -> bool:
+def is_pair(row) -> bool:
+    """A preference pair (an object with a ``chosen`` and a ``rejected`` object), not a trajectory."""
     return isinstance(row, dict) and isinstance(row.get("chosen"), dict) and isinstance(row.get("rejected"), dict)
 
 

@@ -19,7 +19,7 @@ from .gates import (
 )
 from .jsonl import dumps, dumps_reusing
 from .output import check_output, check_outputs, destination, published_one_of, refuse_source, with_elapsed
-from .pairs import first_turn_note, length_note
+from .pairs import first_turn_note, is_pair, length_note
 from .progress import check_progress, tick
 from .rows import SchemaCheck, preference_problems, stamp
 from .runs import SourceDigest, change_explains_failure, check_unchanged, file_stamp, resolve_source
@@ -94,7 +94,7 @@ def _pair_outcomes(item, plans):
     """
     if not isinstance(item, dict):
         return [_SKIP] * len(plans)
-    if not (isinstance(item.get("chosen"), dict) and isinstance(item.get("rejected"), dict)):
+    if not is_pair(item):
         return [_BAD] * len(plans)
     base = plans[0]
     if base.drop_ties and item.get("tie"):
@@ -353,7 +353,7 @@ def _speaks_for_user(side) -> bool:
     return any(isinstance(m, dict) and m.get("role") in ("user", "system") for m in side[1:])
 
 
-def _pair_lines(item, plans):
+def _dpo_lines(item, plans):
     """``_pair_outcomes`` split for a worker: (the outcomes without their bytes, each format's lines)."""
     outcomes, lines = [], []
     for outcome in _pair_outcomes(item, plans):
@@ -380,7 +380,7 @@ def _run_pairs(src, plans, tallies, spools, workers):
         if n > 1:
             src.hashed.deferred = True  # hashed at the end, beside the output's flush (``SourceDigest``)
             with WorkerPool(n) as pool:
-                jobs = ((chunk, _pair_lines, plans, tuple(spool.part(k) for spool in spools))
+                jobs = ((chunk, _dpo_lines, plans, tuple(spool.part(k) for spool in spools))
                         for k, chunk in enumerate(byte_chunks(src.path)))
                 lines_done = 0  # a chunk numbers its lines from 1
                 for outcomes, parts, n_lines in pool.ordered(write_chunk, src.path, jobs,

@@ -110,7 +110,7 @@ def _sft_outcomes(raw, plans, long_run=None):
         problems = training_problems(entry)
         group = row_summary(entry) if base.summarize_groups else None
         for plan, written in zip(plans, entries):
-            written.append((problems, group, _written(entry, plan, objects, long_run, stats.unlinked)))
+            written.append((problems, group, _serialized_row(entry, plan, objects, long_run, stats.unlinked)))
     flags = (raw.get("finish_reason") == "length", _carries_weights(raw.get("messages")), crashed_rollout(raw),
              stats.misshapen, stats.dropped, stats.textless, stats.emptied)
     return [(leak, flags, written) for written in entries]
@@ -130,7 +130,7 @@ def _located_outcomes(raw, plans, src, position, long_run=None):
         raise src.bad_row(position, exc) from None
 
 
-def _written(entry, plan, objects=None, long_run=None, unlinked=True):
+def _serialized_row(entry, plan, objects=None, long_run=None, unlinked=True):
     """One format's share of a training row: (facts, serialized row, tail), or None when TRL drops it.
 
     A TRL conversion decodes the entry's messages in place (unrolled samples share them, so those are
@@ -582,7 +582,7 @@ def export_datasets(source, outputs, *, system_prompt=None, tools=None, strip_th
 
 
 def _plans(formats, system, tools, strip_think, mask_mode, unroll, cap, json_rows=False):
-    """One plan per format, in the order their rows are serialized: TRL last (``_written``)."""
+    """One plan per format, in the order their rows are serialized: TRL last (``_serialized_row``)."""
     plans = [_SftPlan(system, tools, strip_think, mask_mode, unroll, cap, fmt, json_rows) for fmt in formats]
     return sorted(plans, key=lambda plan: plan.trl)
 

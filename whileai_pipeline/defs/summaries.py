@@ -4,7 +4,7 @@ import math
 import os
 from collections import Counter
 
-from whileai_pipeline.core.groups import KeyIndex, key_digest
+from whileai_pipeline.core.groups import KeyIndex, key_digest, task_key
 from whileai_pipeline.core.rows import shape_problem
 
 PREVIEW_ROWS = 5
@@ -92,7 +92,7 @@ class RawStats:
         if problem is not None:
             return problem
         prompt = row.get("prompt")
-        group = row.get("scenario_id") or row.get("task_id") or prompt
+        group = task_key(row)  # the export's groups (spec 3.11)
         privileged = row.get("privileged")
         has_privileged = isinstance(privileged, dict) and bool(privileged)
         as_text = isinstance(privileged, str) and bool(privileged.strip())
