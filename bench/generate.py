@@ -27,6 +27,8 @@ from pathlib import Path
 
 import orjson
 
+from whileai_pipeline.core.jsonl import write_json
+
 ROW_KB_CHOICES = (20, 2)
 
 _REPLY_WORDS = (
@@ -373,7 +375,7 @@ def generate(n, out, *, seed=0, row_kb=20):
     tmp.replace(out)
     meta = {"schema_version": "1", "system_prompt": _SYSTEM_PROMPT, "tools": tool_schemas(),
             "generator": {"rows": n, "seed": seed, "row_kb": row_kb}}
-    meta_path(out).write_bytes(orjson.dumps(meta, option=orjson.OPT_INDENT_2) + b"\n")
+    write_json(meta_path(out), meta)
     return written, out.stat().st_size
 
 

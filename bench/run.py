@@ -27,7 +27,6 @@ Before each case the page cache is emptied (where permitted) and the input read 
 
 import argparse
 import datetime as _dt
-import hashlib
 import json
 import os
 import platform
@@ -37,6 +36,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import orjson
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -69,7 +70,7 @@ REF_OF = {"ours_sft_openai": ("ref_sft_openai",), "ours_sft_openai_serial": ("re
 def _meta(path):
     meta = Path(str(path)[: -len(".jsonl")] + ".meta.json") if str(path).endswith(".jsonl") else Path(str(path) + ".meta.json")
     if meta.is_file():
-        data = json.loads(meta.read_text())
+        data = orjson.loads(meta.read_bytes())
         return data.get("system_prompt"), data.get("tools")
     return None, None
 
@@ -82,30 +83,7 @@ def _count_lines(path):
     return n
 
 
-def _sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 24), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _file_pair_builder():
-    """A file-based pair builder in our library, if there is one by now (name, callable) or (None, None)."""
-    import whileai_pipeline.core.pairs as pairs_mod
-    for name in ("build_pairs_file", "build_preference_pairs_file", "build_pairs_to_file", "pairs_file",
-                 "write_preference_pairs"):
-        fn = getattr(pairs_mod, name, None)
-        if callable(fn):
-            return name, fn
-    for name in sorted(dir(pairs_mod)):
-        if "file" in name and "pair" in name and callable(getattr(pairs_mod, name)):
-            return name, getattr(pairs_mod, name)
-    return None, None
-
-
 def _case_floor(inp, out, _opts):
-    import orjson
     loads, dumps = orjson.loads, orjson.dumps
     n = 0
     t0 = time.perf_counter()
@@ -128,39 +106,27 @@ def _case_ours_sft(name, inp, out, opts):
     report = wai.export_dataset(inp, out, **kwargs)
     seconds = time.perf_counter() - t0
     return {"seconds": seconds, "rows": report.get("rows_read"), "out_rows": report.get("n"),
-            "sha256": report.get("sha256") or _sha256(out), "report_elapsed": report.get("elapsed_seconds"),
+            "sha256": report["sha256"], "report_elapsed": report.get("elapsed_seconds"),
             "warnings": len(report.get("warnings", [])), "workers": workers}
 
 
 def _case_ours_pref(name, inp, out, opts):
     import whileai_pipeline.simulations as wai
+    from whileai_pipeline.core.pairs import build_pairs_file
+
     fmt = OURS_PREF[name]
     system, tools = _meta(inp)
     validate = opts.get("validate", True)
-    builder_name, builder = _file_pair_builder()
-    result = {"pair_builder": "build_preference_pairs(wai.read_jsonl(path))"}
     t0 = time.perf_counter()
-    pairs = None
-    if builder is not None:
-        pairs_path = str(out) + ".pairs.jsonl"
-        try:
-            built = builder(inp, pairs_path)
-            pairs = pairs_path
-            result["pair_builder"] = f"{builder_name}(path, pairs_path)"
-            result["pair_builder_returned"] = type(built).__name__
-        except TypeError as exc:  # unknown signature: fall back, and say so
-            result["pair_builder_error"] = f"{builder_name}: {exc}"
-            t0 = time.perf_counter()
-    if pairs is None:
-        pairs, pair_report = wai.build_preference_pairs(wai.read_jsonl(inp))
-        result["pairs_built"] = pair_report["pairs"]
+    pairs_path = str(out) + ".pairs.jsonl"
+    build_pairs_file(inp, pairs_path)
     t1 = time.perf_counter()
-    report = wai.export_preference(pairs, out, system_prompt=system, tools=tools, format=fmt, validate=validate)
+    report = wai.export_preference(pairs_path, out, system_prompt=system, tools=tools, format=fmt,
+                                   validate=validate)
     t2 = time.perf_counter()
-    result.update({"seconds": t2 - t0, "build_seconds": t1 - t0, "export_seconds": t2 - t1,
-                   "rows": _count_lines(inp), "out_rows": report.get("pairs"), "pairs": report.get("pairs"),
-                   "sha256": report.get("sha256") or _sha256(out)})
-    return result
+    return {"seconds": t2 - t0, "build_seconds": t1 - t0, "export_seconds": t2 - t1,
+            "pair_builder": "build_pairs_file(path, pairs_path)", "rows": _count_lines(inp),
+            "out_rows": report.get("pairs"), "pairs": report.get("pairs"), "sha256": report["sha256"]}
 
 
 def _case_ours_both(name, inp, out, opts):
@@ -217,15 +183,10 @@ def _case_ref_pref(name, inp, out, opts):
 
 
 def _case_pipeline(name, inp, out, opts):
-    try:
-        from whileai_pipeline.definitions import defs  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - any import problem means "not there yet"
-        return {"skipped": f"pipeline: not available ({type(exc).__name__}: {exc})"}
-    try:
-        from whileai_pipeline.cli import run_chain
-    except Exception as exc:  # noqa: BLE001
-        return {"skipped": f"pipeline: not available (no whileai_pipeline.cli.run_chain: {exc})"}
     import io
+
+    from whileai_pipeline.cli import run_chain
+    from whileai_pipeline.definitions import defs  # noqa: F401 (imported before the clock starts, as below)
     source = SAMPLE_RUN if name == "pipeline_sample" else Path(inp)
     home = Path(str(out) + ".home")
     shutil.rmtree(home, ignore_errors=True)
@@ -276,7 +237,9 @@ def child_main(case, inp, out, result_path, opts):
     result["rss_children_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     if Path(out).is_file():
         result["out_bytes"] = Path(out).stat().st_size
-    Path(result_path).write_text(json.dumps(result))
+    from whileai_pipeline.core.jsonl import write_json  # after the RSS above: not part of the case
+
+    write_json(result_path, result, indent=False)
 
 
 # =============================================================================== parent side
@@ -335,7 +298,7 @@ def run_case(case, inp, work, opts, env_extra=None, timeout=3600):
               "loadavg_before": load_before[0], "loadavg_after": os.getloadavg()[0],
               "env": env_extra or {}, "git_head": head, "page_cache": page_cache}
     if proc.returncode == 0 and result_path.is_file():
-        result.update(json.loads(result_path.read_text()))
+        result.update(orjson.loads(result_path.read_bytes()))
     else:
         tail = log_path.read_bytes()[-3000:].decode("utf-8", "replace")
         result["error"] = tail.strip().splitlines()[-1] if tail.strip() else f"exit {proc.returncode}"
@@ -632,9 +595,10 @@ def main(argv=None):
     if args.child:
         child_main(args.child, args.input, args.output, args.result, opts)
         return
+    from whileai_pipeline.core.jsonl import write_json  # the parent side only: a case imports what it needs
 
     if args.report:
-        doc = json.loads(Path(args.report).read_text())
+        doc = orjson.loads(Path(args.report).read_bytes())
         if doc.get("results"):
             print(f"## {Path(doc['input']).name}: {doc['results'][0].get('rows')} rows, "
                   f"{doc['input_bytes'] / MB:,.0f} MB\n")
@@ -700,7 +664,7 @@ def main(argv=None):
     doc["wall_seconds"] = time.perf_counter() - started
     doc["machine"]["loadavg_end"] = os.getloadavg()
     path = OUT_DIR / f"results-{stamp}.json"
-    path.write_text(json.dumps(doc, indent=2, default=str))
+    write_json(path, doc)
     if not args.keep_outputs:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\nwall time {doc['wall_seconds']:.0f} s; results in {path.relative_to(REPO)}")

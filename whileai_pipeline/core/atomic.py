@@ -1,10 +1,12 @@
 """Atomic file writes: a file appears under its name whole, or not at all.
 
-Every file this project writes goes through ``atomic_file``: bytes land in a temporary file in the
-destination's directory and are renamed over the destination only when complete, so a reader (or a
-crash) never sees half a file. Temp files carry their writer's pid, so the next writer removes what a
-killed one left (``clean_stale_temps``). Apart from ``jsonl`` because the spool, the part files and
-the pipeline's publishing write raw bytes through it, not JSON.
+Every final file this project writes appears by a rename: bytes land in a temporary file in the
+destination's directory, renamed over the destination only when complete, so a reader (or a crash)
+never sees half a file. ``atomic_file`` does this for most; the spool (``Spool``, its temp file from
+``temp_beside``) and the pipeline's publishing (a candidate written whole, then moved into place) rename
+their own. Temp files carry their writer's pid, so the next writer removes what a killed one left
+(``clean_stale_temps``). A module of its own, apart from ``jsonl``: the spool, the part files and
+publishing write raw bytes, not JSON.
 """
 
 import contextlib
