@@ -23,7 +23,8 @@ def _run(cli_module, capsys, *args):
     ("parallel_judges: 8\n", "unknown option(s) ['parallel_judges']; known:"),  # no option is near it
     ("max_pairs_per_prompt: 0\n", "max_pairs_per_prompt must be at least 1"),
     ("min_margin: abc\n", "min_margin: Input should be a valid number"),
-    ("ops:\n  sft_export:\n    config:\n      mask_modes: final\n", 'unexpected config entry "mask_modes"'),
+    ("ops:\n  sft_export:\n    config:\n      mask_modes: final\n",
+     "unknown option 'mask_modes' under ops: sft_export: config: (did you mean 'mask_mode'?)"),
     # Dagster's form without its ops: section was "unknown option(s) ['resources']" and the flat options' list
     ("resources:\n  storage:\n    config:\n      root: elsewhere\n",
      "no 'ops:' section, so the file is read as flat options, but 'resources' is a key of Dagster's run config: "
