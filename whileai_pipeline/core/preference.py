@@ -28,7 +28,7 @@ from .spool import Spool
 from .trl import first_assistant_index, trl_preference_row
 from .wire import (CALL_SHAPE_ADVICE, DROPPED_MESSAGES, LINK_ADVICE, MISSHAPEN_CALLS, NOT_TEXT, NOT_TEXT_ADVICE,
                    ROLE_ADVICE, ObjectTexts, WireStats, called_tool, declared_tool_names, has_tool_calls,
-                   link_problem_in, opens_with_two_systems, to_wire)
+                   link_problem_in, opens_with_two_systems, to_wire, tool_context_warnings)
 
 # How the no-tools and no-system-prompt warnings end, for a caller of export_preference. The pipeline has no
 # such argument (it reads the run's sidecar) and puts its own advice in their place, found by these texts.
@@ -605,14 +605,9 @@ def _checked_report(tally, src, format, name="export_preference"):
         report.setdefault("warnings", []).append(
             f"{rejected_quoting} rejected replies quote their own privileged context; they are kept as "
             "negatives (DPO pushes them down), but a grader that rewards such replies needs a look.")
-    if rows_with_calls and not src.tools:
-        report.setdefault("warnings", []).append(
-            f"{rows_with_calls} of {n_out} rows make tool calls but were exported without tool schemas; "
-            f"the trainer cannot show the model the tools it calls. {NO_TOOLS_ADVICE}")
-    if t.calls_without_system:  # a side whose own messages open with a system message has one
-        report.setdefault("warnings", []).append(
-            f"{t.calls_without_system} of {n_out} rows make tool calls but were exported without a system prompt. "
-            f"{NO_SYSTEM_ADVICE}")
+    if context := tool_context_warnings(rows_with_calls, t.calls_without_system, n_out, bool(src.tools),
+                                        NO_TOOLS_ADVICE, NO_SYSTEM_ADVICE):
+        report.setdefault("warnings", []).extend(context)
     if skipped:  # DECISIONS 15 counts them; the spec skips them without a word
         report.setdefault("warnings", []).append(f"{_skipped_entries(skipped, n_entries)}.")
     report["system_prompt_source"] = src.system_source

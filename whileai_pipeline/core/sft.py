@@ -49,7 +49,7 @@ from .trl import (
 )
 from .wire import (CALL_SHAPE_ADVICE, DROPPED_MESSAGES, LINK_ADVICE, MISSHAPEN_CALLS, NOT_TEXT, NOT_TEXT_ADVICE,
                    ROLE_ADVICE, ObjectTexts, WireStats, called_tool, check_tool_output_cap, declared_tool_names,
-                   has_tool_calls, link_problem_in, opens_with_two_systems)
+                   has_tool_calls, link_problem_in, opens_with_two_systems, tool_context_warnings)
 
 # How the no-tools and no-system-prompt warnings end, for a caller of export_dataset. The pipeline has no
 # such argument (it reads the run's sidecar) and puts its own advice in their place, found by these texts.
@@ -709,14 +709,8 @@ def _sft_report(tally, src, plan, max_tool_output_chars):
         warnings.append(
             f"{t.rewards['fail']} of {t.n_out} rows have reward below 0.5 and are exported as SFT targets; a "
             f"model trained on them learns the failure. {FAILED_ROWS_ADVICE}")
-    if t.rows_with_calls and not src.tools:
-        warnings.append(
-            f"{t.rows_with_calls} of {t.n_out} rows make tool calls but were exported without tool schemas; "
-            f"the trainer cannot show the model the tools it calls. {NO_TOOLS_ADVICE}")
-    if t.calls_without_system:  # a row whose own messages open with a system message has one
-        warnings.append(
-            f"{t.calls_without_system} of {t.n_out} rows make tool calls but were exported without a system "
-            f"prompt. {NO_SYSTEM_ADVICE}")
+    warnings += tool_context_warnings(t.rows_with_calls, t.calls_without_system, t.n_out, bool(src.tools),
+                                      NO_TOOLS_ADVICE, NO_SYSTEM_ADVICE)
     if t.big_int_rows:
         line, where, value = t.big_int_rows.first
         digits = int.__repr__(value)

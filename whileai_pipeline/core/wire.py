@@ -314,6 +314,20 @@ ROLE_ADVICE = ("A turn is written only with the role 'system', 'user', 'assistan
                "'function' turn after it is a 'tool' turn), or leave those rows out.")
 
 
+def tool_context_warnings(with_calls, calls_without_system, n_out, has_tools, tools_advice, system_advice) -> list:
+    """The warnings of an export whose rows make tool calls the trainer cannot show in context: ``with_calls`` of
+    ``n_out`` rows written without tool schemas (when ``has_tools`` is false), ``calls_without_system`` without a
+    system prompt; each ends with its caller's advice (rows and pairs alike)."""
+    warnings = []
+    if with_calls and not has_tools:
+        warnings.append(f"{with_calls} of {n_out} rows make tool calls but were exported without tool schemas; the "
+                        f"trainer cannot show the model the tools it calls. {tools_advice}")
+    if calls_without_system:  # a row (a side) whose own messages open with a system message has one
+        warnings.append(f"{calls_without_system} of {n_out} rows make tool calls but were exported without a system "
+                        f"prompt. {system_advice}")
+    return warnings
+
+
 def called_tool(name: str) -> str:
     """How a warning names the tool a written call calls. A call its source gave no name (None, "", a call that
     is not an object or has no ``function``) is written with the name "", which ``''`` in a message hides, and
