@@ -464,6 +464,27 @@ def test_content_that_comes_back_is_a_new_version_with_its_own_run_key(storage, 
     assert keys == [f"night:{sha_a}", f"night:{hashlib.sha256(version_b).hexdigest()[:16]}:v2", f"night:{sha_a}:v3"]
 
 
+def test_content_that_comes_back_after_its_file_left_the_inbox_twice_gets_a_run_key_of_its_own(storage, instance):
+    """A, removed, B, removed, A: each removal forgot a run seen in one version, so B was version 1 again and
+    A its first run key, which Dagster had launched already: the inbox said A, the exports kept B."""
+    storage.inbox.mkdir(parents=True)
+    run = storage.inbox / "night.jsonl"
+    version_b = SAMPLE.read_bytes() + b'{"prompt": "one more", "final_text": "ok", "reward": 1}\n'
+    keys, cursor = [], None
+    for content in (SAMPLE.read_bytes(), None, version_b, None, SAMPLE.read_bytes()):
+        if content is None:
+            run.unlink()
+        else:
+            run.write_bytes(content)
+            _age(run)
+        result = _evaluate(inbox_sensor, instance, storage, cursor=cursor)
+        _apply(instance, result)
+        cursor = result.cursor
+        keys += [request.run_key for request in result.run_requests]
+    sha_a, sha_b = hashlib.sha256(SAMPLE.read_bytes()).hexdigest()[:16], hashlib.sha256(version_b).hexdigest()[:16]
+    assert keys == [f"night:{sha_a}", f"night:{sha_b}:v2", f"night:{sha_a}:v3"]
+
+
 def test_inbox_files_the_sensor_cannot_take_are_named_once(storage, instance):
     storage.inbox.mkdir(parents=True)
     for name in ("a_b.jsonl", "a b.jsonl", "---.jsonl"):

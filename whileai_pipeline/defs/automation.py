@@ -177,12 +177,13 @@ def _ignored_inbox_files(storage, runs) -> list:
 
 def _versions_of_removed_runs(seen, cursor) -> dict:
     """``{key: {"n": versions}}`` for each run of the previous cursor ``seen`` that the new ``cursor`` lost
-    (its file left the inbox) after more than one version. Content that comes back later (A, B, removed,
+    (its file left the inbox). Content that comes back later (A, B, removed, A; or A, removed, B, removed,
     A) is then version n + 1 with a run key of its own, not A's first run key, which Dagster never
-    launches twice. A run seen in one version needs no entry: its first content coming back is what
-    raw_simulation_data already read (``_already_materialized``)."""
-    return {key: {"n": prev["n"]} for key, prev in seen.items()
-            if key not in cursor and not key.startswith("_") and isinstance(prev, dict) and prev.get("n", 1) > 1}
+    launches twice. A run seen in one version needs its entry too: forgotten, B came back as version 1
+    and A after it as A's first run key again, and the stages and exports kept B. Content that comes back
+    unchanged (A, removed, A) is what raw_simulation_data already read (``_already_materialized``)."""
+    return {key: {"n": prev.get("n", 1)} for key, prev in seen.items()
+            if key not in cursor and not key.startswith("_") and isinstance(prev, dict)}
 
 
 def _already_materialized(instance, key, fp) -> bool:
