@@ -7,6 +7,7 @@ import json
 import dagster as dg
 import pytest
 
+from whileai_pipeline.core.gates import SCRUBBED_BY_THE_EXPORT
 from whileai_pipeline.defs.checks import _leak_result, _roundtrip_result
 
 pytestmark = pytest.mark.pipeline
@@ -71,8 +72,16 @@ def test_a_leak_check_that_read_nothing_passes_with_warn():
 
 def test_a_leak_check_that_read_nothing_says_why_the_rows_had_no_privileged_context():
     """Rows without privileged context: the advice is to export raw trajectories, which keep it, and names the
-    other cause, a privileged block written as JSON text, with where the raw stage counts such rows."""
-    result = _leak_result(_metadata({"openai": {"privileged_leaks": NOTHING, "rows_read": 1}}), "run")
+    other causes: a privileged object without the fields the gate reads, and a privileged block written as JSON
+    text, with where the raw stage counts such rows. The SDK's own guess (rows saved through its export), which
+    the library's summary gives for rows with a scenario_id, is left out: one cause of three, said below."""
+    sdk_guess = dict(NOTHING, summary=NOTHING["summary"] + SCRUBBED_BY_THE_EXPORT)
+    result = _leak_result(_metadata({"openai": {"privileged_leaks": sdk_guess, "rows_read": 1}}), "run")
+    assert result.description.startswith(f"NOTHING TO READ: {NOTHING['summary']}. This pass proves nothing")
+    assert "These came through" not in result.description
+    assert ("the gate reads the texts (12 characters or more) under a privileged object's reference, principle and "
+            "hidden_state only, so one holding other keys alone (an answer, notes) gives it nothing to read; "
+            in result.description)
     assert result.description.endswith("export raw trajectories (which keep their privileged blocks), not rows "
                                        "saved through the export; a privileged block written as JSON text is not "
                                        "read either (raw_simulation_data's rows_with_privileged_text counts them).")

@@ -27,6 +27,9 @@ LEAK_MIN_QUOTE_CHARS = 12
 LEAK_ROWS_CAP = 20
 LEAK_NEEDLE_CAP = 80
 LEAK_FIELDS = ("reference", "principle", "hidden_state")
+# how a leak summary that checked nothing ends for rows with a scenario_id (spec 6.3): the SDK's guess at why
+SCRUBBED_BY_THE_EXPORT = (". These came through the export (rows(), save(), push()), which scrubs privileged at any "
+                          "depth -- pass data.trajectories, which keeps it")
 BLOCKED_KEYS = frozenset({"privileged", "principle", "hidden_state", "reference", "rubric", "vector"})
 FORMATS = ("openai", "trl")
 
@@ -549,8 +552,7 @@ class LeakGate:
             text_ = (f"checked 0 of {self.n_rows} rows: none carried privileged context, "
                      "so this says nothing about leaks")
             if self.uncheckable_exported:
-                text_ += (". These came through the export (rows(), save(), push()), which scrubs "
-                          "privileged at any depth -- pass data.trajectories, which keeps it")
+                text_ += SCRUBBED_BY_THE_EXPORT
             return text_
         if not self.n_leaked:
             return f"checked {self.n_checked} of {self.n_rows} rows: no reply quoted its privileged context"

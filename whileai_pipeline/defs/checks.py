@@ -18,6 +18,7 @@ import warnings
 import dagster as dg
 import orjson
 
+from whileai_pipeline.core.gates import LEAK_FIELDS, LEAK_MIN_QUOTE_CHARS, SCRUBBED_BY_THE_EXPORT
 from whileai_pipeline.core.openai_format import summary, validate_file
 
 from .assets import dpo_export, sft_export
@@ -190,9 +191,13 @@ def _leak_result(metadata, run_id, asset="<export>"):
             said = ("no row was exported, so no reply was written that could quote anything; the gate reads the "
                     "rows of the next export that has some.")
         else:
-            said = (summary + ". This pass proves nothing about leaks: export raw trajectories (which keep their "
-                    "privileged blocks), not rows saved through the export; a privileged block written as JSON "
-                    "text is not read either (raw_simulation_data's rows_with_privileged_text counts them).")
+            # the library's guess at why (rows saved through the SDK's export) is one cause of several: said below
+            said = (summary.replace(SCRUBBED_BY_THE_EXPORT, "") + ". This pass proves nothing about leaks: the gate "
+                    f"reads the texts ({LEAK_MIN_QUOTE_CHARS} characters or more) under a privileged object's "
+                    f"{', '.join(LEAK_FIELDS[:-1])} and {LEAK_FIELDS[-1]} only, so one holding other keys alone (an "
+                    "answer, notes) gives it nothing to read; export raw trajectories (which keep their privileged "
+                    "blocks), not rows saved through the export; a privileged block written as JSON text is not "
+                    "read either (raw_simulation_data's rows_with_privileged_text counts them).")
         return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out, description="NOTHING TO READ: " + said)
     if not validate:
         return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
