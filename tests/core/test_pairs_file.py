@@ -135,8 +135,16 @@ def test_a_min_margin_that_is_nan_or_not_a_number_is_refused(tmp_path, build):
 
     with pytest.raises(ValueError, match=r"^min_margin must be positive; equal scores carry no preference \(got nan\)$"):
         pairs(float("nan"))
-    with pytest.raises(ValueError, match=r"^min_margin must be finite: no pair of rewards is an infinite margin"):
+    with pytest.raises(ValueError, match=r"^min_margin must be finite and at most 1.798e\+308 \(got inf\): no pair"):
         pairs(float("inf"))
+    # beyond the largest float: float() of the int raised a bare OverflowError (the Decimal's is inf)
+    with pytest.raises(ValueError, match=r"^min_margin must be finite and at most 1.798e\+308 \(got 1000000000000000"
+                                         r"0000\.\.\. \(401 characters\)\): no pair of rewards is further apart"):
+        pairs(10**400)
+    with pytest.raises(ValueError, match=r"\(got Decimal\('1E\+400'\)\)"):
+        pairs(decimal.Decimal("1e400"))
+    if build == "rows":  # the largest floats are margins still (a file build would write its pairs file)
+        assert pairs(1e308)[1]["pairs"] == 0
     with pytest.raises(TypeError, match=r"^min_margin must be a number, got str '1'; pass the smallest reward"):
         pairs("1")
     with pytest.raises(ValueError, match=r"^min_margin must be positive; .* \(got Decimal\('NaN'\)\)$"):

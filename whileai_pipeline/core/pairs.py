@@ -284,8 +284,8 @@ def margin_threshold(min_margin) -> float:
 
 
 def check_min_margin(min_margin):
-    """A positive, finite number. NaN and infinity are refused too: the reference takes them and
-    silently pairs nothing."""
+    """A positive, finite number. NaN, infinity and a number beyond the largest float are refused too: the
+    reference takes them and silently pairs nothing (or fails with OverflowError)."""
     try:
         positive = bool(min_margin > 0)
     except ArithmeticError:  # Decimal("NaN")
@@ -295,9 +295,15 @@ def check_min_margin(min_margin):
                         "pass the smallest reward difference a pair must have, e.g. 1.0") from None
     if not positive:
         raise ValueError(f"{MIN_MARGIN_ERROR} (got {min_margin!r})")
-    if min_margin == math.inf:
-        raise ValueError("min_margin must be finite: no pair of rewards is an infinite margin apart, so it "
-                         "would pair nothing")
+    try:
+        beyond = float(min_margin) == math.inf  # 10**400 and Decimal("1e400") too: no float is that big
+    except OverflowError:
+        beyond = True
+    if beyond:
+        shown = repr(min_margin)
+        shown = shown if len(shown) <= 40 else f"{shown[:20]}... ({len(shown)} characters)"
+        raise ValueError(f"min_margin must be finite and at most {sys.float_info.max:.4g} (got {shown}): no pair of "
+                         "rewards is further apart, so it would pair nothing")
 
 
 class PromptGroups:
