@@ -70,7 +70,15 @@ def scrub(value):
                 new_items[i] = new
         if new_items is None:
             return value
-        return type(value)(new_items) if isinstance(value, tuple) else new_items
+        # a tuple stays a tuple (a namedtuple too: ``_make`` takes the items as one iterable); a subclass
+        # built otherwise becomes a plain tuple, which is written the same way
+        if isinstance(value, tuple):
+            make = getattr(type(value), "_make", None)
+            try:
+                return make(new_items) if make is not None else type(value)(new_items)
+            except TypeError:
+                return tuple(new_items)
+        return new_items
     return value
 
 

@@ -31,7 +31,8 @@ def jsonable(value):
     """The one conversion for values JSON has no type for (DECISIONS 1).
 
     Sets become sorted lists (insertion order when unsortable), bytes become UTF-8 text
-    (replacement characters for invalid bytes), dates are ISO 8601, anything else is ``str(value)``.
+    (replacement characters for invalid bytes), dates are ISO 8601, a tuple subclass (a namedtuple) is a
+    list and a float subclass a number, as Python's json writes them; anything else is ``str(value)``.
     Enums, dataclasses and numpy values, which orjson writes itself, get what orjson gives them (their
     value, their fields, numbers and lists) where Python's json writes instead (NaN in arguments).
     """
@@ -50,6 +51,11 @@ def jsonable(value):
         return bytes(value).decode("utf-8", "replace")
     if isinstance(value, (datetime.date, datetime.time)):
         return value.isoformat()
+    # subclasses orjson does not write itself: a namedtuple is the list it holds, a float subclass its number
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, float):
+        return float(value)
     return str(value)
 
 
