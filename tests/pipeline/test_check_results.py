@@ -40,6 +40,23 @@ def test_a_leak_in_either_format_fails_the_leak_check(order):
     assert ". Export refused: the published files are unchanged" in result.description
 
 
+def test_a_refusal_says_when_the_published_file_already_holds_the_refused_rows():
+    """An export published with validate: false, then the same rows refused with the gate on: "the published
+    files are unchanged" alone read as "what a trainer downloads is safe", and it holds the same leak."""
+    reports = {"openai": {"privileged_leaks": LEAKED, "sha256": "a" * 64},
+               "trl": {"privileged_leaks": LEAKED, "sha256": "b" * 64}}
+    metadata = _metadata(reports)
+    metadata["live"] = dg.MetadataValue.json({"openai": {"path": "p", "sha256": "a" * 64},
+                                              "trl": {"path": "q", "sha256": "c" * 64}})
+    result = _leak_result(metadata, "run")
+    assert (result.passed, result.severity) == (False, ERROR)
+    assert (". Export refused: the published files are unchanged; published/ already holds these same rows in "
+            "openai (published before with validate: false), and the candidate") in result.description
+    metadata["live"] = dg.MetadataValue.json({"openai": {"path": "p", "sha256": "c" * 64}})
+    assert ". Export refused: the published files are unchanged, and the candidate" in _leak_result(
+        metadata, "run").description
+
+
 @pytest.mark.parametrize("order", [("openai", "trl"), ("trl", "openai")])
 def test_one_format_that_read_privileged_context_makes_the_leak_check_a_real_one(order):
     """DECISIONS 13: the WARN "nothing to read" pass is only for a check that read nothing in any format."""

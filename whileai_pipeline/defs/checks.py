@@ -110,7 +110,7 @@ def _roundtrip_result(metadata, run_id, asset="<export>"):
     text = "tool calls whose arguments do not parse back to an object: " + "; ".join(bad)
     if validate:
         return dg.AssetCheckResult(passed=False, severity=ERROR, metadata=out,
-                                   description=text + _refused("tool_call_roundtrip", asset))
+                                   description=text + _refused("tool_call_roundtrip", asset, metadata))
     return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
                                description=text + f". Exported anyway ({LET_THROUGH}).")
 
@@ -180,7 +180,7 @@ def _leak_result(metadata, run_id, asset="<export>"):
         summary += "; first: " + ", ".join(f"{s} rollout {r} quotes privileged.{f}" for s, r, f, _ in rows[:3])
         if validate:
             return dg.AssetCheckResult(passed=False, severity=ERROR, metadata=out,
-                                       description=summary + _refused("privileged_leak", asset))
+                                       description=summary + _refused("privileged_leak", asset, metadata))
         return dg.AssetCheckResult(passed=True, severity=WARN, metadata=out,
                                    description=summary + f". Exported anyway ({LET_THROUGH}).")
     if not any_checked:
@@ -230,10 +230,17 @@ _REMEDY = {
 LET_THROUGH = "validate: false"
 
 
-def _refused(gate, asset):
-    """What a refusal means and what to do: said in the description, which the CLI and the check page show."""
-    return (f". Export refused: the published files are unchanged and the candidate and its reports are kept "
-            f"under rejected/ (this check's rejected_path). To fix: {_REMEDY[gate]}, then run the chain again; "
+def _refused(gate, asset, metadata):
+    """What a refusal means and what to do: said in the description, which the CLI and the check page show.
+    A published file that is the refused candidate byte for byte (an export with validate: false published
+    it before) is said to hold what was refused: "unchanged" alone read as "safe"."""
+    live = _value(metadata, "live") or {}
+    same = [fmt for fmt, report in _reports(metadata).items()
+            if report.get("sha256") and (live.get(fmt) or {}).get("sha256") == report["sha256"]]
+    held = (f"; published/ already holds these same rows in {', '.join(same)} (published before with validate: "
+            "false)") if same else ""
+    return (f". Export refused: the published files are unchanged{held}, and the candidate and its reports are "
+            f"kept under rejected/ (this check's rejected_path). To fix: {_REMEDY[gate]}, then run the chain again; "
             f"{LET_THROUGH} (in the options file, or ops.{asset}.config.validate in Dagster's run config) would "
             "publish it anyway, with this check as a WARN.")
 
@@ -241,8 +248,9 @@ def _refused(gate, asset):
 _DESCRIPTIONS = {
     "tool_call_roundtrip": "Every tool call's arguments parse back to an object in the exported encoding "
     "(openai: a JSON string; trl: a dict). Blocking: a failure refuses the export unless validate is false.",
-    "privileged_leak": "No exported assistant turn quotes its row's privileged context (reference, principle, "
-    "hidden state). Blocking: a failure refuses the export unless validate is false. Nothing to read: WARN.",
+    "privileged_leak": "No exported assistant reply quotes its row's privileged context (reference, principle, "
+    "hidden state); tool-call arguments are not searched. Blocking: a failure refuses the export unless validate "
+    "is false. Nothing to read: WARN.",
 }
 _RESULTS = {"tool_call_roundtrip": _roundtrip_result, "privileged_leak": _leak_result}
 
