@@ -117,6 +117,39 @@ def test_failed_blocking_check_stops_downstream(published):
     assert ok.success and "downstream_trainer" in executed_steps(ok)
 
 
+@pytest.mark.filterwarnings("ignore:Parameter `include_sources`")  # Dagster's evaluation, beta in 1.13
+def test_a_downstream_asset_in_a_later_run_waits_for_the_blocking_checks_when_its_condition_says_so(published):
+    """Across runs, a refused export is still a materialization (Dagster records that the step ran, with the
+    candidate's numbers and status "rejected"), so eager() alone requests what depends on it, as an asset
+    sensor would fire. all_deps_blocking_checks_passed() is Dagster's condition for it (README, Checks)."""
+    from whileai_pipeline.definitions import defs as ours
+
+    chain, key, _ = published
+    eager = dg.AutomationCondition.eager()
+
+    @dg.asset(partitions_def=simulation_runs, deps=[sft_export], automation_condition=eager)
+    def trainer_eager() -> None:
+        """Reacts to any new materialization of the SFT export."""
+
+    @dg.asset(partitions_def=simulation_runs, deps=[sft_export],
+              automation_condition=eager & dg.AutomationCondition.all_deps_blocking_checks_passed())
+    def trainer_gated() -> None:
+        """Reacts to one whose blocking checks passed."""
+
+    defs = dg.Definitions.merge(ours, dg.Definitions(assets=[trainer_eager, trainer_gated]))
+    cursor = None
+    for _ in range(2):  # the first evaluation requests both, as missing; the second nothing
+        evaluation = dg.evaluate_automation_conditions(defs=defs, instance=chain.instance, cursor=cursor)
+        cursor = evaluation.cursor
+    assert evaluation.total_requested == 0
+    rows, _ = leaking_rows()
+    chain.register(rows)
+    assert not chain.materialize(key).success
+    evaluation = dg.evaluate_automation_conditions(defs=defs, instance=chain.instance, cursor=cursor)
+    assert evaluation.get_requested_partitions(trainer_eager.key) == {key}
+    assert evaluation.get_requested_partitions(trainer_gated.key) == set()
+
+
 def test_reexport_never_picks_up_a_rejected_candidate(published):
     chain, key, before = published
     rows, _ = leaking_rows()
