@@ -42,6 +42,7 @@ from .code_fingerprint import code_fingerprint
 from .config import (FIX_RUN_CONFIG, FORMATS, ConfigFileError, DpoExportConfig, OnBadLine, PairsConfig, RawConfig,
                      ScoreConfig, SftExportConfig, as_run_config, check_run_config)
 from .partitions import simulation_runs
+from .stored_options import latest_materializations
 from . import journal
 from .publishing import GATES, discard, failed_gates, publish, reject, rejected_dir_name, report_file, same_refusal
 from .resources import (ENV_HOME, ENV_SETTLE, PartitionLockedError, PipelineStorage, checked_key, copy_atomic,
@@ -257,6 +258,8 @@ def raw_simulation_data(
     stats = RawStats()
     quarantined = 0
     registered_from = storage.registered_from(key)  # the file `run`/`register` copied into the inbox
+    # before the copy: a change after it is a newer version the exports are not of (``read_since``)
+    inputs = _stats((src, meta_src))
     try:
         sidecar = _snapshot_sidecar(src, meta_snapshot)
         _snapshot(src, snapshot)
@@ -313,6 +316,7 @@ def raw_simulation_data(
         "system_prompt_chars": len(sidecar[0] or "") if sidecar else 0,
         "tools_declared": len(sidecar[1] or []) if sidecar else 0,
         "preview": dg.MetadataValue.md(stats.preview_markdown()),
+        "inputs": dg.MetadataValue.json(inputs),
     }
     # named only if no register replaced the inbox copy while it was snapshotted: the stage holds that copy's rows
     if registered_from and registered_from == storage.registered_from(key):
@@ -572,6 +576,20 @@ def export_inputs(storage, key, asset_name) -> dict:
 
 # the stage each step between the run and the exports reads, in chain order
 CHAIN_STAGES = {"scored_simulation_data": STAGE_RAW, "preference_pairs": STAGE_SCORED}
+# what each step before the exports reads, in chain order: the run file, then the stages
+CHAIN_READS = {"raw_simulation_data": "run file in the inbox",
+               **{name: f"{stage} stage" for name, stage in CHAIN_STAGES.items()}}
+
+
+def read_since(storage, key, name, recorded) -> bool:
+    """Whether what the step ``name`` (``CHAIN_READS``) reads changed since the materialization that recorded
+    ``recorded`` (its ``inputs``): a stage rewritten by a newer version of the run whose chain then stopped; for
+    raw_simulation_data, another run file (or sidecar) in the inbox than the one it read, a version registered
+    and not yet read. A run file that left the inbox is no new version: its stages stay the run's."""
+    if name != "raw_simulation_data":
+        return recorded != step_inputs(storage, key, name)
+    now = _stats(recorded)
+    return bool(recorded) and now[next(iter(recorded))] is not None and now != recorded
 
 
 def step_inputs(storage, key, asset_name) -> dict:
@@ -614,7 +632,9 @@ def _stats(paths) -> dict:
     for path in paths:
         try:
             st = os.stat(path)
-        except FileNotFoundError:
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG):  # no such file: None
+                raise
             out[str(path)] = None
         else:
             out[str(path)] = [st.st_size, st.st_mtime_ns, st.st_ino]
@@ -867,6 +887,22 @@ def _not_put_in_place(exc, storage, key, kind, cand_dir, refused) -> str:
             "then materialize again.")
 
 
+def _stale_chain(context, storage, key, kind):
+    """What to say when the steps before this export last read another version of the run than the inbox holds
+    now (``unchanged.chain_stopped_at``): a version registered and never read, as when CI registers a run and
+    materializes only the exports, which re-export the stages as they are. None when they are the run's."""
+    from .unchanged import chain_stopped_at  # noqa: PLC0415 (it reads this module's definitions)
+
+    steps = (raw_simulation_data, scored_simulation_data, *((preference_pairs,) if kind == "dpo" else ()))
+    names = [step.key.to_user_string() for step in steps]
+    step = chain_stopped_at(storage, key, latest_materializations(context.instance, [key], steps), names)
+    if step is None:
+        return None
+    return (f"the {CHAIN_READS[step]} is not the one {step} last read (a newer version of the run, never read or "
+            f"whose chain stopped at {step}): this {kind} export is of the stages as they are, an earlier version. "
+            "Materialize the run's whole chain (--select '*', or whileai-pipeline run <run file>) to export it")
+
+
 def _finish_export(context, storage, kind, formats, candidates, reports, config, cand_dir, pictures, inputs,
                    totals=None):
     """Decide from the reports, publish or reject, and describe it all as metadata: the status and the summary
@@ -975,6 +1011,9 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
     # in place when it was refused or had nothing to publish (its own <f>/sha256 is then not theirs)
     metadata["live"] = dg.MetadataValue.json(live_files(storage, key, kind, outcomes if not blocked else {}))
     metadata["code_fingerprint"] = code_fingerprint()
+    if stale := _stale_chain(context, storage, key, kind):
+        metadata["warning"] = stale
+        context.log.warning(stale)
     if blocked and not _gates_run_after(context):
         raise dg.Failure(
             description=f"{kind} export for {key!r} refused by its gates ({failed}); this run does not execute "
