@@ -266,20 +266,6 @@ def test_a_namedtuple_and_a_float_subclass_are_written_as_python_json_writes_the
     assert pairs[0]["rejected_reason"] == "_Pair(x={}, y=2)"  # the spec's text of a reason, scrubbed first
 
 
-def test_float_keys_are_spelled_as_python_json_spells_them_and_stay_apart(tmp_path):
-    """orjson spells a float key its own way: "0.00001" for 1e-05, and "null" for NaN and both infinities, so
-    three keys became one and two values were lost to a reader. Rows read from JSON hold string keys only."""
-    row = {"prompt": "p", "reward": 1, "final_text": "ok",
-           "steps": [{"tool": "t", "arguments": {1e-05: "a", 2: "b"}, "result": "r"}],
-           "sampling": {float("nan"): 1, float("-inf"): 2, float("inf"): 3, 1e-05: 4, 2.5: 5, 7: 6}}
-    out = tmp_path / "rows.jsonl"
-    wai.export_dataset([row], out, validate=False)
-    line = out.read_bytes()
-    assert b'"sampling":{"NaN":1,"-Infinity":2,"Infinity":3,"1e-05":4,"2.5":5,"7":6}' in line
-    assert json.loads(line)["messages"][1]["tool_calls"][0]["function"]["arguments"] == '{"1e-05":"a","2":"b"}'
-    assert dumps({0.5: [1e-05]}) == b'{"0.5":[0.00001]}'  # a value is orjson's number still (the same number)
-
-
 def test_a_sidecar_that_is_not_utf8_names_the_byte(tmp_path):
     """orjson's own words were "str is not valid UTF-8: surrogates not allowed: line 1 column 1 (char 0)",
     which points at the wrong place and blames surrogates for a Latin-1 byte."""

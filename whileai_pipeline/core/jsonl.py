@@ -25,10 +25,6 @@ from .text import unicode_values, unicode_text
 
 _BOM = b"\xef\xbb\xbf"
 _DUMP_OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
-# The first try writes string keys only: orjson spells a float key its own way ("0.00001", and "null" for NaN and
-# both infinities, three keys in one), so a row with any other key takes the fallback (``_plain_key``). Rows read
-# from JSON have only string keys.
-_STR_KEYS = ~orjson.OPT_NON_STR_KEYS
 
 
 def jsonable(value):
@@ -66,7 +62,7 @@ def jsonable(value):
 def dumps(value, option=_DUMP_OPTS) -> bytes:
     """Compact UTF-8 JSON; non-finite floats become ``null`` (DECISIONS 1)."""
     try:
-        return orjson.dumps(value, default=jsonable, option=option & _STR_KEYS)
+        return orjson.dumps(value, default=jsonable, option=option)
     except orjson.JSONEncodeError:
         # orjson refuses integers beyond 64 bits, text that is not Unicode and some exotic keys: fall
         # back to a copy with those parts made writable.
@@ -119,15 +115,10 @@ def _plain(value, big_ints=True):
 
 
 def _plain_key(key):
-    """``key`` itself where orjson writes it (``OPT_NON_STR_KEYS``), else ``str(key)``; a float as Python's
-    json spells it ("1e-05", "NaN", "-Infinity"). Keys are not converted here, so ``1`` and ``"1"`` stay two
-    keys, as orjson writes them."""
+    """``key`` itself where orjson writes it (``OPT_NON_STR_KEYS``), else ``str(key)``. Keys are not
+    converted here, so ``1`` and ``"1"`` stay two keys, as orjson writes them without the fallback."""
     if isinstance(key, str):
         return unicode_text(key)
-    if isinstance(key, float):
-        if math.isfinite(key):
-            return float.__repr__(key)
-        return "NaN" if key != key else ("Infinity" if key > 0 else "-Infinity")
     try:
         orjson.dumps({key: None}, default=jsonable, option=_DUMP_OPTS)
     except orjson.JSONEncodeError:
@@ -162,7 +153,7 @@ def dumps_fragments(value, undo) -> bytes:
     json, past orjson's 255 levels): that rare value is written with its own parts instead.
     """
     try:
-        return orjson.dumps(value, default=jsonable, option=_DUMP_OPTS & _STR_KEYS)
+        return orjson.dumps(value, default=jsonable, option=_DUMP_OPTS)
     except orjson.JSONEncodeError:
         undo()
         return dumps(value)
