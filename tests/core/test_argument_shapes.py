@@ -266,6 +266,20 @@ def test_a_namedtuple_and_a_float_subclass_are_written_as_python_json_writes_the
     assert pairs[0]["rejected_reason"] == "_Pair(x={}, y=2)"  # the spec's text of a reason, scrubbed first
 
 
+class _Items(tuple):
+    """A tuple subclass whose constructor takes its items one by one, as a namedtuple's does, without ``_make``."""
+
+    def __new__(cls, *items):
+        return super().__new__(cls, items)
+
+
+def test_a_tuple_subclass_without_make_is_scrubbed_into_a_plain_tuple():
+    from whileai_pipeline.core.gates import scrub
+
+    scrubbed = scrub({"h": _Items({"rubric": 1, "a": 1}, 2)})
+    assert scrubbed == {"h": ({"a": 1}, 2)} and type(scrubbed["h"]) is tuple  # not _Items([{...}, 2]): nested
+
+
 def test_a_sidecar_that_is_not_utf8_names_the_byte(tmp_path):
     """orjson's own words were "str is not valid UTF-8: surrogates not allowed: line 1 column 1 (char 0)",
     which points at the wrong place and blames surrogates for a Latin-1 byte."""

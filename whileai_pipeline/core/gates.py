@@ -70,14 +70,11 @@ def scrub(value):
                 new_items[i] = new
         if new_items is None:
             return value
-        # a tuple stays a tuple (a namedtuple too: ``_make`` takes the items as one iterable); a subclass
-        # built otherwise becomes a plain tuple, which is written the same way
+        # a tuple stays a tuple, a namedtuple a namedtuple (``_make`` takes the items as one iterable); another
+        # subclass, whose constructor may take them any way, becomes a plain tuple, which is written the same way
         if isinstance(value, tuple):
-            make = getattr(type(value), "_make", None)
-            try:
-                return make(new_items) if make is not None else type(value)(new_items)
-            except TypeError:
-                return tuple(new_items)
+            make = getattr(kind, "_make", None)
+            return make(new_items) if make is not None and kind is not tuple else tuple(new_items)
         return new_items
     return value
 
