@@ -50,8 +50,8 @@ def test_a_refusal_says_when_the_published_file_already_holds_the_refused_rows()
                                               "trl": {"path": "q", "sha256": "c" * 64}})
     result = _leak_result(metadata, "run")
     assert (result.passed, result.severity) == (False, ERROR)
-    assert (". Export refused: the published files are unchanged; published/ already holds these same rows in "
-            "openai (published before with validate: false), and the candidate") in result.description
+    assert (". Export refused: the published files are unchanged; published/ holds these same rows already in "
+            "openai: what a trainer downloads now is what this gate refused, and the candidate") in result.description
     metadata["live"] = dg.MetadataValue.json({"openai": {"path": "p", "sha256": "c" * 64}})
     assert ". Export refused: the published files are unchanged, and the candidate" in _leak_result(
         metadata, "run").description

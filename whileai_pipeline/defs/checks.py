@@ -232,13 +232,13 @@ LET_THROUGH = "validate: false"
 
 def _refused(gate, asset, metadata):
     """What a refusal means and what to do: said in the description, which the CLI and the check page show.
-    A published file that is the refused candidate byte for byte (an export with validate: false published
-    it before) is said to hold what was refused: "unchanged" alone read as "safe"."""
+    A published file that is the refused candidate byte for byte (published before, with the gates off, or
+    by code whose gates passed it) is said to hold what was refused: "unchanged" alone read as "safe"."""
     live = _value(metadata, "live") or {}
     same = [fmt for fmt, report in _reports(metadata).items()
             if report.get("sha256") and (live.get(fmt) or {}).get("sha256") == report["sha256"]]
-    held = (f"; published/ already holds these same rows in {', '.join(same)} (published before with validate: "
-            "false)") if same else ""
+    held = (f"; published/ holds these same rows already in {', '.join(same)}: what a trainer downloads now is "
+            "what this gate refused") if same else ""
     return (f". Export refused: the published files are unchanged{held}, and the candidate and its reports are "
             f"kept under rejected/ (this check's rejected_path). To fix: {_REMEDY[gate]}, then run the chain again; "
             f"{LET_THROUGH} (in the options file, or ops.{asset}.config.validate in Dagster's run config) would "
