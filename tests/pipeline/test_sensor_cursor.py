@@ -50,7 +50,8 @@ def test_content_that_comes_back_after_the_file_was_removed_gets_a_new_run_key(s
     run.unlink()
     removed = _tick(instance, storage, cursor)
     assert not removed.run_requests
-    assert _state(storage, removed.cursor) == {"night": {"n": 2}}  # its versions, not its file's signature
+    # its versions and last content, not its file's signature
+    assert _state(storage, removed.cursor) == {"night": {"n": 2, "fp": _fingerprint(VERSION_B)}}
     run.write_bytes(SAMPLE.read_bytes())
     _age(run)
     (request,) = _tick(instance, storage, removed.cursor).run_requests
@@ -58,9 +59,9 @@ def test_content_that_comes_back_after_the_file_was_removed_gets_a_new_run_key(s
     assert request.run_key == f"night:{hashlib.sha256(SAMPLE.read_bytes()).hexdigest()[:16]}:v3"
 
 
-def test_a_run_seen_in_one_version_leaves_only_its_count_when_removed(storage, instance):
-    """Its count, not its signature: the content that comes next is version 2 (the run name stays a
-    partition of Dagster's too)."""
+def test_a_run_seen_in_one_version_leaves_only_its_count_and_content_when_removed(storage, instance):
+    """Its count and content, not its signature: other content that comes next is version 2 (the run name stays a
+    partition of Dagster's too), the same content is the file touched: nothing is requested again."""
     storage.inbox.mkdir(parents=True)
     for name in ("kept", "gone"):
         (storage.inbox / f"{name}.jsonl").write_bytes(SAMPLE.read_bytes())
@@ -69,7 +70,17 @@ def test_a_run_seen_in_one_version_leaves_only_its_count_when_removed(storage, i
     (storage.inbox / "gone.jsonl").unlink()
     after = _tick(instance, storage, first.cursor)
     state = _state(storage, after.cursor)
-    assert sorted(state) == ["gone", "kept"] and state["gone"] == {"n": 1} and "sig" in state["kept"]
+    assert sorted(state) == ["gone", "kept"] and "sig" in state["kept"]
+    assert state["gone"] == {"n": 1, "fp": _fingerprint(SAMPLE.read_bytes())}
+    (storage.inbox / "gone.jsonl").write_bytes(SAMPLE.read_bytes())  # the same content back: not a second run
+    _age(storage.inbox / "gone.jsonl")
+    back = _tick(instance, storage, after.cursor)
+    assert not back.run_requests and "sig" in _state(storage, back.cursor)["gone"]
+
+
+def _fingerprint(content):
+    """The sensor's fingerprint of a run file with no sidecar: the SHA-256 of its bytes."""
+    return hashlib.sha256(content).hexdigest()
 
 
 def _state_files(storage):
