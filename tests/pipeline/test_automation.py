@@ -221,43 +221,52 @@ def test_a_new_version_whose_chain_stopped_before_its_exports_is_named_not_calle
     stopped, read = ("scored_simulation_data", "raw") if fails == "scoring" else ("preference_pairs", "scored")
     assert skip.skip_message == (
         f"1 run(s) whose {stopped} was made from another {read} stage than the one there now (a newer version whose "
-        f"chain stopped at {stopped} or has not run, or a step run on its own), so that their exports are not all of "
-        f"the run as it is: {key}; run each one's whole chain again (whileai-pipeline run <run file>, or the "
-        "simulation_chain job for the run)"), skip.skip_message
+        f"chain stopped at {stopped}, or a step run on its own), so that their exports are not all of the run as it "
+        f"is: {key}; run each one's whole chain again (whileai-pipeline run <run file>, or the simulation_chain job "
+        "for the run)"), skip.skip_message
     assert "nothing changed" not in skip.skip_message
     assert chain.materialize(key).success  # the whole chain again: up to date
     assert "nothing changed" in _schedule(sqlite_instance, storage).skip_message
 
 
-def test_a_new_version_registered_and_never_read_is_named_by_the_schedule_and_the_exports(sqlite_instance, storage,
+def test_an_export_materialized_alone_says_when_the_inbox_holds_a_version_no_step_has_read(sqlite_instance, storage,
                                                                                           tmp_path):
-    """CI registers v2 of a run and materializes only the exports: they re-export v1's stages, said "unchanged",
-    and the schedule said nothing changed, though the inbox held a version no step had read. A run file that
-    left the inbox is no new version: its stages stay the run's."""
+    """CI registers v2 of a run and materializes only the exports: they re-exported v1's stages as "unchanged",
+    with nothing to say that the inbox held a version no step had read. The same content touched or registered
+    again is no new version; neither is a run file that left the inbox; v2 under another name for the run is."""
     from .conftest import Chain, materialization, sample_rows
 
     chain = Chain(storage, sqlite_instance, tmp_path)
     key = chain.register()
     assert chain.materialize(key).success
+
+    def warnings():
+        exports = chain.materialize(key, selection=["sft_export", "dpo_export"])
+        assert exports.success
+        return [materialization(exports, asset).get("warning") for asset in ("sft_export", "dpo_export")]
+
+    run = storage.run_path(key)
+    os.utime(run)  # touched
+    chain.register()  # the same content registered again: a new inode
+    assert warnings() == [None, None]
     chain.register(sample_rows()[:-6])
-    exports = chain.materialize(key, selection=["sft_export", "dpo_export"])
-    assert exports.success
-    for asset in ("sft_export", "dpo_export"):
-        md = materialization(exports, asset)
-        assert md["status"].value == "unchanged"
-        assert md["warning"].value == (
+    said = warnings()
+    for kind, warning in zip(("sft", "dpo"), said):
+        assert warning.value == (
             "the run file in the inbox is not the one raw_simulation_data last read (a newer version of the run, never "
-            f"read or whose chain stopped at raw_simulation_data): this {asset[:3]} export is of the stages as they "
-            "are, an earlier version. Materialize the run's whole chain (--select '*', or whileai-pipeline run <run "
-            "file>) to export it")
-    skip = _schedule(sqlite_instance, storage)
-    assert skip.skip_message.startswith("1 run(s) whose raw_simulation_data was made from another run file in the "
-                                        "inbox than the one there now"), skip.skip_message
+            f"read or whose chain stopped at raw_simulation_data): this {kind} export is of the stages as they are, an "
+            "earlier version. Materialize the run's whole chain (--select '*', or whileai-pipeline run <run file>) to "
+            "export it")
     assert chain.materialize(key).success  # the whole chain: v2 read and exported
-    assert "nothing changed" in _schedule(sqlite_instance, storage).skip_message
-    storage.run_path(key).unlink()  # the run file leaves the inbox: still nothing changed
-    assert "nothing changed" in _schedule(sqlite_instance, storage).skip_message
-    assert "warning" not in materialization(chain.materialize(key, selection=["sft_export"]), "sft_export")
+    assert warnings() == [None, None]
+    # another name for the same run, as the sensor takes it (with its sidecar: without it, it is another version)
+    run.rename(run.with_name(f"{key} .jsonl"))
+    run.with_name(f"{key}.meta.json").rename(run.with_name(f"{key} .meta.json"))
+    assert storage.find_run(key) == run.with_name(f"{key} .jsonl") and warnings() == [None, None]
+    run.with_name(f"{key} .jsonl").unlink()  # the run file leaves the inbox
+    assert warnings() == [None, None]
+    run.write_bytes(SAMPLE.read_bytes())  # v3 put there by hand
+    assert [w is not None for w in warnings()] == [True, True]
 
 
 def test_a_re_export_and_a_new_version_keep_the_options_the_run_was_exported_with(sqlite_instance, storage,

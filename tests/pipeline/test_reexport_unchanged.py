@@ -68,8 +68,7 @@ def _assert_pairs_named_as_older(chain, key):
     requests, skip, _ = _schedule(chain.instance, chain.storage)
     assert requests == []
     assert skip.startswith(f"1 run(s) whose preference_pairs was made from another scored stage than the one there "
-                           f"now (a newer version whose chain stopped at preference_pairs or has not run, or a step "
-                           f"run on its own), "
+                           f"now (a newer version whose chain stopped at preference_pairs, or a step run on its own), "
                            f"so that their exports are not all of the run as it is: {key}; "), skip
     assert "nothing changed" not in skip
 

@@ -14,12 +14,14 @@ from .conftest import SAMPLE, tree_bytes
 
 pytestmark = pytest.mark.pipeline
 
-SAID = {"folder": "a folder", "broken link": "a broken link"}
+SAID = {"folder": "a folder", "broken link": "a broken link", "link to itself": "a broken link"}
 
 
 def _not_a_file(meta, kind):
     if kind == "folder":
         meta.mkdir()
+    elif kind == "link to itself":  # stat fails with ELOOP, not ENOENT (the raw stage once crashed on it)
+        os.symlink(meta.name, meta)
     else:
         os.symlink(meta.with_name("gone.meta.json"), meta)
 

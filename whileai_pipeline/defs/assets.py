@@ -576,20 +576,20 @@ def export_inputs(storage, key, asset_name) -> dict:
 
 # the stage each step between the run and the exports reads, in chain order
 CHAIN_STAGES = {"scored_simulation_data": STAGE_RAW, "preference_pairs": STAGE_SCORED}
-# what each step before the exports reads, in chain order: the run file, then the stages
-CHAIN_READS = {"raw_simulation_data": "run file in the inbox",
-               **{name: f"{stage} stage" for name, stage in CHAIN_STAGES.items()}}
-
-
-def read_since(storage, key, name, recorded) -> bool:
-    """Whether what the step ``name`` (``CHAIN_READS``) reads changed since the materialization that recorded
-    ``recorded`` (its ``inputs``): a stage rewritten by a newer version of the run whose chain then stopped; for
-    raw_simulation_data, another run file (or sidecar) in the inbox than the one it read, a version registered
-    and not yet read. A run file that left the inbox is no new version: its stages stay the run's."""
-    if name != "raw_simulation_data":
-        return recorded != step_inputs(storage, key, name)
-    now = _stats(recorded)
-    return bool(recorded) and now[next(iter(recorded))] is not None and now != recorded
+def run_file_changed(storage, key, raw) -> bool:
+    """Whether the inbox holds another version of run ``key`` than raw_simulation_data's materialization ``raw``
+    (its latest) read: a version registered and not read yet. Its recorded ``inputs`` (the run file and sidecar
+    as they were) tell an untouched file at a glance; a file that differs by them (touched, registered again,
+    another name for the run) is compared by content with the ``fingerprint`` it recorded. A run file that
+    left the inbox is no new version: the stages stay the run's."""
+    metadata = raw.asset_materialization.metadata
+    recorded, read = metadata.get("inputs"), metadata.get("fingerprint")
+    src = storage.find_run(key)
+    if src is None or recorded is None or read is None:  # gone, or read by a version that did not record it
+        return False
+    if _stats((src, meta_path_for(src))) == recorded.value:
+        return False
+    return fingerprint(src) != read.value
 
 
 def step_inputs(storage, key, asset_name) -> dict:
@@ -632,9 +632,7 @@ def _stats(paths) -> dict:
     for path in paths:
         try:
             st = os.stat(path)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG):  # no such file: None
-                raise
+        except OSError:  # none there (or none to be had: a name too long, a loop of links; reading it says why)
             out[str(path)] = None
         else:
             out[str(path)] = [st.st_size, st.st_mtime_ns, st.st_ino]
@@ -888,27 +886,36 @@ def _not_put_in_place(exc, storage, key, kind, cand_dir, refused) -> str:
 
 
 def _stale_chain(context, storage, key, kind):
-    """What to say when the steps before this export last read another version of the run than the inbox holds
-    now (``unchanged.chain_stopped_at``): a version registered and never read, as when CI registers a run and
-    materializes only the exports, which re-export the stages as they are. None when they are the run's."""
+    """What to say when a step before this export last read another version of the run than the inbox or the
+    stages hold now (``run_file_changed``, ``unchanged.chain_stopped_at``): a version registered and never read, as
+    when CI registers a run and materializes only the exports, which re-export the stages as they are. None
+    when they are the run's, or when a file cannot be looked at (the export itself is what matters here)."""
     from .unchanged import chain_stopped_at  # noqa: PLC0415 (it reads this module's definitions)
 
     steps = (raw_simulation_data, scored_simulation_data, *((preference_pairs,) if kind == "dpo" else ()))
-    names = [step.key.to_user_string() for step in steps]
-    step = chain_stopped_at(storage, key, latest_materializations(context.instance, [key], steps), names)
+    try:
+        latest = latest_materializations(context.instance, [key], steps)
+        raw = latest["raw_simulation_data"].get(key)
+        if raw is not None and run_file_changed(storage, key, raw):
+            what, step = "run file in the inbox", "raw_simulation_data"
+        else:
+            step = chain_stopped_at(storage, key, latest, [s.key.to_user_string() for s in steps[1:]])
+            what = f"{CHAIN_STAGES.get(step)} stage"
+    except OSError:
+        return None
     if step is None:
         return None
-    return (f"the {CHAIN_READS[step]} is not the one {step} last read (a newer version of the run, never read or "
-            f"whose chain stopped at {step}): this {kind} export is of the stages as they are, an earlier version. "
-            "Materialize the run's whole chain (--select '*', or whileai-pipeline run <run file>) to export it")
+    return (f"the {what} is not the one {step} last read (a newer version of the run, never read or whose chain "
+            f"stopped at {step}): this {kind} export is of the stages as they are, an earlier version. Materialize "
+            "the run's whole chain (--select '*', or whileai-pipeline run <run file>) to export it")
 
 
 def _finish_export(context, storage, kind, formats, candidates, reports, config, cand_dir, pictures, inputs,
-                   totals=None):
+                   totals=None, stale=None):
     """Decide from the reports, publish or reject, and describe it all as metadata: the status and the summary
     first (what the asset page's table opens with), then the numbers, then the per-format reports and paths.
     ``inputs``: ``export_inputs`` taken before the stage was read. ``totals``: plotted numbers of the whole
-    export, beside ``dagster/row_count``."""
+    export, beside ``dagster/row_count``. ``stale``: ``_stale_chain``'s warning."""
     key = context.partition_key
     validate = config.validate_gates
     failed = failed_gates(reports)
@@ -1011,7 +1018,7 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
     # in place when it was refused or had nothing to publish (its own <f>/sha256 is then not theirs)
     metadata["live"] = dg.MetadataValue.json(live_files(storage, key, kind, outcomes if not blocked else {}))
     metadata["code_fingerprint"] = code_fingerprint()
-    if stale := _stale_chain(context, storage, key, kind):
+    if stale:
         metadata["warning"] = stale
         context.log.warning(stale)
     if blocked and not _gates_run_after(context):
@@ -1040,6 +1047,7 @@ def sft_export(
     scored = storage.stage_path(key, STAGE_SCORED)
     _require_stage(storage, scored, "scored_simulation_data")
     inputs = export_inputs(storage, key, "sft_export")  # before the read: a later change is a change
+    stale = _stale_chain(context, storage, key, "sft")  # before anything is written
     if config.sft_rows == "pass":
         source = storage.stage_path(key, STAGE_SFT_SOURCE)
         carried = ScoreStats()  # of the rows the export carries, counted in the pass that picks them
@@ -1061,7 +1069,7 @@ def sft_export(
     stats = carried if carried is not None else score_stats_of_file(source)
     # the mean reward of the rows the export carries: NaN when none is graded, so the key stays
     return _finish_export(context, storage, "sft", formats, candidates, reports, config, cand_dir,
-                          _reward_pictures(stats), inputs, {"mean_reward": real(stats.mean_reward)})
+                          _reward_pictures(stats), inputs, {"mean_reward": real(stats.mean_reward)}, stale)
 
 
 @dg.asset(
@@ -1080,6 +1088,7 @@ def dpo_export(
     pairs_path = storage.stage_path(key, STAGE_PAIRS)
     _require_stage(storage, pairs_path, "preference_pairs")
     inputs = export_inputs(storage, key, "dpo_export")  # before the read: a later change is a change
+    stale = _stale_chain(context, storage, key, "dpo")  # before anything is written
     formats = list(config.formats)
     # Every format from one read. A path source: the pairs stream from the stage file, the system
     # prompt and tools come from its sidecar (pairs.meta.json), and the report names the file and
@@ -1091,7 +1100,7 @@ def dpo_export(
     )
     pictures = _reward_pictures(score_stats_of_file(pairs_path, sides=True))  # both sides of every pair
     return _finish_export(context, storage, "dpo", formats, candidates, reports, config, cand_dir,
-                          pictures, inputs)
+                          pictures, inputs, stale=stale)
 
 
 ASSETS = [raw_simulation_data, scored_simulation_data, preference_pairs, sft_export, dpo_export]

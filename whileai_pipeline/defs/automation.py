@@ -27,7 +27,7 @@ from whileai_pipeline.core.runs import (PROGRESS_SUFFIX, SIMULATE_DONE, SIMULATE
 from whileai_pipeline.core.settings import seconds_from_env
 
 from .code_fingerprint import code_fingerprint_on_disk
-from .assets import (ASSET_NAMES, ASSETS, CHAIN_READS, STAGE_PAIRS, STAGE_SCORED, dpo_export, preference_pairs,
+from .assets import (ASSET_NAMES, ASSETS, CHAIN_STAGES, STAGE_PAIRS, STAGE_SCORED, dpo_export, preference_pairs,
                      raw_simulation_data, scored_simulation_data, sft_export)
 from . import sensor_state
 from .partitions import PARTITIONS_NAME
@@ -70,7 +70,7 @@ simulation_chain_job = dg.define_asset_job(
 )
 
 EXPORTS = (sft_export, dpo_export)
-CHAIN_STEPS = (raw_simulation_data, scored_simulation_data, preference_pairs)  # before the exports (CHAIN_READS)
+CHAIN_STEPS = (scored_simulation_data, preference_pairs)  # between the run and the exports
 
 reexport_job = dg.define_asset_job(
     "reexport",
@@ -381,10 +381,10 @@ def reexport_schedule(context: dg.ScheduleEvaluationContext, storage: PipelineSt
     by_step = {}
     for key, step in stopped.items():
         by_step.setdefault(step, []).append(key)
-    said_stopped = [f"{len(group)} run(s) whose {step} was made from another {CHAIN_READS[step]} than the one there "
-                    f"now (a newer version whose chain stopped at {step} or has not run, or a step run on its own), so "
-                    f"that their exports are not all of the run as it is: {_names(group)}; run each one's whole chain "
-                    "again (whileai-pipeline run <run file>, or the simulation_chain job for the run)"
+    said_stopped = [f"{len(group)} run(s) whose {step} was made from another {CHAIN_STAGES[step]} stage than the one "
+                    f"there now (a newer version whose chain stopped at {step}, or a step run on its own), so that "
+                    f"their exports are not all of the run as it is: {_names(group)}; run each one's whole chain again "
+                    "(whileai-pipeline run <run file>, or the simulation_chain job for the run)"
                     for step, group in by_step.items()]
     for said in said_stopped:
         context.log.warning(said)

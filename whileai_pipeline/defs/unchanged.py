@@ -12,7 +12,7 @@ of event log.
 from typing import Optional
 
 from . import journal
-from .assets import CHAIN_READS, EXPORT_STAGES, export_inputs, export_outputs, read_since
+from .assets import CHAIN_STAGES, EXPORT_STAGES, export_inputs, export_outputs, step_inputs
 from .config import resolved_config
 
 
@@ -68,16 +68,15 @@ def _why_export_again(name, metadata, inputs, outputs, values, fingerprint) -> O
     return f"other options ({', '.join(changed)})"
 
 
-def chain_stopped_at(storage, key, latest, steps=tuple(CHAIN_READS)) -> Optional[str]:
-    """The first of ``steps`` (``CHAIN_READS``, in chain order) whose latest materialization for run ``key`` read
-    another file than the one there now (``read_since``), or None: a newer version of the run whose chain failed
-    at that step (a scorer that raised, a judge that was down) or has not run yet (registered only, or only the
-    exports materialized). Its exports are of the earlier version, and re-exporting them from the stages the
-    chain left would not change that. ``latest``: ``stored_options.latest_materializations`` of the steps. A step
-    materialized by a version that did not record its inputs is taken as read."""
+def chain_stopped_at(storage, key, latest, steps=tuple(CHAIN_STAGES)) -> Optional[str]:
+    """The first of ``steps`` of run ``key``'s chain (``CHAIN_STAGES``) whose latest materialization read another
+    stage than the one there now, or None: a newer version of the run whose chain failed at that step (a scorer that
+    raised, a judge that was down). Its exports are of the earlier version, and re-exporting them from the
+    stages the chain left would not change that. ``latest``: ``stored_options.latest_materializations`` of the
+    chain's steps. A step materialized by a version that did not record its inputs is taken as read."""
     for name in steps:
         record = latest.get(name, {}).get(key)
         recorded = record.asset_materialization.metadata.get("inputs") if record is not None else None
-        if recorded is not None and read_since(storage, key, name, recorded.value):
+        if recorded is not None and recorded.value != step_inputs(storage, key, name):
             return name
     return None
