@@ -166,7 +166,8 @@ def test_schedule_one_request_per_run_it_can_re_export(sqlite_instance, storage)
     assert reexport_schedule.job_name == "reexport"
     # evaluated by hand, with no tick time (build_schedule_context's default): Dagster raises on reading it
     with dg.build_schedule_context(instance=instance, resources={"storage": storage}) as context:
-        assert sorted(r.run_key for r in reexport_schedule(context)) == ["reexport:alpha:manual", "reexport:beta:manual"]
+        keys = sorted(r.run_key for r in reexport_schedule(context))
+    assert keys == ["reexport:alpha:manual", "reexport:beta:manual"]
 
 
 def test_schedule_skips_when_nothing_registered(sqlite_instance, storage):

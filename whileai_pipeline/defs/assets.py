@@ -258,7 +258,7 @@ def raw_simulation_data(
     stats = RawStats()
     quarantined = 0
     registered_from = storage.registered_from(key)  # the file `run`/`register` copied into the inbox
-    # before the copy: a change after it is a newer version the exports are not of (``read_since``)
+    # before the copy: a change after it is a newer version the exports are not of (``run_file_changed``)
     inputs = _stats((src, meta_src))
     try:
         sidecar = _snapshot_sidecar(src, meta_snapshot)
@@ -576,6 +576,15 @@ def export_inputs(storage, key, asset_name) -> dict:
 
 # the stage each step between the run and the exports reads, in chain order
 CHAIN_STAGES = {"scored_simulation_data": STAGE_RAW, "preference_pairs": STAGE_SCORED}
+
+
+def step_inputs(storage, key, asset_name) -> dict:
+    """``{path: [size, mtime_ns, inode] or None}`` of the stage the step ``asset_name`` (``CHAIN_STAGES``) reads,
+    recorded as ``inputs`` with it: a stage rewritten since, by a newer version of the run whose chain then
+    failed at this step, is one the exports were not made from (``unchanged.chain_stopped_at``)."""
+    return _stats((storage.stage_path(key, CHAIN_STAGES[asset_name]),))
+
+
 def run_file_changed(storage, key, raw) -> bool:
     """Whether the inbox holds another version of run ``key`` than raw_simulation_data's materialization ``raw``
     (its latest) read: a version registered and not read yet. Its recorded ``inputs`` (the run file and sidecar
@@ -590,13 +599,6 @@ def run_file_changed(storage, key, raw) -> bool:
     if _stats((src, meta_path_for(src))) == recorded.value:
         return False
     return fingerprint(src) != read.value
-
-
-def step_inputs(storage, key, asset_name) -> dict:
-    """``{path: [size, mtime_ns, inode] or None}`` of the stage the step ``asset_name`` (``CHAIN_STAGES``) reads,
-    recorded as ``inputs`` with it: a stage rewritten since, by a newer version of the run whose chain then
-    failed at this step, is one the exports were not made from (``unchanged.chain_stopped_at``)."""
-    return _stats((storage.stage_path(key, CHAIN_STAGES[asset_name]),))
 
 
 def export_outputs(storage, key, asset_name) -> dict:
@@ -897,14 +899,14 @@ def _stale_chain(context, storage, key, kind):
         latest = latest_materializations(context.instance, [key], steps)
         raw = latest["raw_simulation_data"].get(key)
         if raw is not None and run_file_changed(storage, key, raw):
-            what, step = "run file in the inbox", "raw_simulation_data"
+            step = "raw_simulation_data"
         else:
             step = chain_stopped_at(storage, key, latest, [s.key.to_user_string() for s in steps[1:]])
-            what = f"{CHAIN_STAGES.get(step)} stage"
     except OSError:
         return None
     if step is None:
         return None
+    what = "run file in the inbox" if step == "raw_simulation_data" else f"{CHAIN_STAGES[step]} stage"
     return (f"the {what} is not the one {step} last read (a newer version of the run, never read or whose chain "
             f"stopped at {step}): this {kind} export is of the stages as they are, an earlier version. Materialize "
             "the run's whole chain (--select '*', or whileai-pipeline run <run file>) to export it")
