@@ -279,6 +279,13 @@ def test_a_tuple_subclass_without_make_is_scrubbed_into_a_plain_tuple():
     scrubbed = scrub({"h": _Items({"rubric": 1, "a": 1}, 2)})
     assert scrubbed == {"h": ({"a": 1}, 2)} and type(scrubbed["h"]) is tuple  # not _Items([{...}, 2]): nested
 
+    class Odd(tuple):
+        @classmethod
+        def _make(cls, first, second):  # a _make that is not a namedtuple's
+            return cls((first, second))
+
+    assert scrub(Odd(({"rubric": 1},))) == ({},)
+
 
 def test_a_sidecar_that_is_not_utf8_names_the_byte(tmp_path):
     """orjson's own words were "str is not valid UTF-8: surrogates not allowed: line 1 column 1 (char 0)",

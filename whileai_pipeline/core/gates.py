@@ -74,7 +74,10 @@ def scrub(value):
         # subclass, whose constructor may take them any way, becomes a plain tuple, which is written the same way
         if isinstance(value, tuple):
             make = getattr(kind, "_make", None)
-            return make(new_items) if make is not None and kind is not tuple else tuple(new_items)
+            try:
+                return make(new_items) if make is not None and kind is not tuple else tuple(new_items)
+            except TypeError:  # a ``_make`` of another kind
+                return tuple(new_items)
         return new_items
     return value
 
