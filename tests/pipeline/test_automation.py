@@ -231,12 +231,17 @@ def test_a_new_version_whose_chain_stopped_before_its_exports_is_named_not_calle
 
 
 def test_an_export_materialized_alone_says_when_the_inbox_holds_a_version_no_step_has_read(sqlite_instance, storage,
-                                                                                          tmp_path):
+                                                                                          tmp_path, monkeypatch):
     """CI registers v2 of a run and materializes only the exports: they re-exported v1's stages as "unchanged",
     with nothing to say that the inbox held a version no step had read. The same content touched or registered
-    again is no new version; neither is a run file that left the inbox; v2 under another name for the run is."""
+    again is no new version, hashed once to tell; neither is a run file that left the inbox; v2 under another
+    name for the run is."""
+    import whileai_pipeline.defs.assets as assets_mod
+
     from .conftest import Chain, materialization, sample_rows
 
+    hashed, original = [], assets_mod.fingerprint
+    monkeypatch.setattr(assets_mod, "fingerprint", lambda path, **kw: hashed.append(path) or original(path, **kw))
     chain = Chain(storage, sqlite_instance, tmp_path)
     key = chain.register()
     assert chain.materialize(key).success
@@ -247,17 +252,18 @@ def test_an_export_materialized_alone_says_when_the_inbox_holds_a_version_no_ste
         return [materialization(exports, asset).get("warning") for asset in ("sft_export", "dpo_export")]
 
     run = storage.run_path(key)
+    hashed.clear()
+    assert warnings() == [None, None] and hashed == []  # untouched: the stats tell
     os.utime(run)  # touched
     chain.register()  # the same content registered again: a new inode
-    assert warnings() == [None, None]
+    assert warnings() == [None, None] and hashed == [run, run]  # each export compares the content once
+    assert warnings() == [None, None] and hashed == [run, run]  # and not again while the file stays so
     chain.register(sample_rows()[:-6])
-    said = warnings()
-    for kind, warning in zip(("sft", "dpo"), said):
+    for kind, warning in zip(("sft", "dpo"), warnings()):
         assert warning.value == (
-            "the run file in the inbox is not the one raw_simulation_data last read (a newer version of the run, never "
-            f"read or whose chain stopped at raw_simulation_data): this {kind} export is of the stages as they are, an "
-            "earlier version. Materialize the run's whole chain (--select '*', or whileai-pipeline run <run file>) to "
-            "export it")
+            "the run file in the inbox is not the one raw_simulation_data last read (a newer version of the run, "
+            f"registered and never read): this {kind} export is of the stages as they are, an earlier version. "
+            "Materialize the run's whole chain (--select '*', or whileai-pipeline run <run file>) to export it")
     assert chain.materialize(key).success  # the whole chain: v2 read and exported
     assert warnings() == [None, None]
     # another name for the same run, as the sensor takes it (with its sidecar: without it, it is another version)

@@ -585,20 +585,26 @@ def step_inputs(storage, key, asset_name) -> dict:
     return _stats((storage.stage_path(key, CHAIN_STAGES[asset_name]),))
 
 
-def run_file_changed(storage, key, raw) -> bool:
-    """Whether the inbox holds another version of run ``key`` than raw_simulation_data's materialization ``raw``
-    (its latest) read: a version registered and not read yet. Its recorded ``inputs`` (the run file and sidecar
-    as they were) tell an untouched file at a glance; a file that differs by them (touched, registered again,
-    another name for the run) is compared by content with the ``fingerprint`` it recorded. A run file that
-    left the inbox is no new version: the stages stay the run's."""
+def run_file_changed(storage, key, raw, seen=None):
+    """(Whether the inbox holds another version of run ``key`` than raw_simulation_data's materialization ``raw``
+    (its latest) read, what to record for the next call). Another version is one registered and not read yet.
+    The raw step's recorded ``inputs`` (the run file and sidecar as they were) tell an untouched file at a
+    glance; a file that differs by them (touched, registered again, another name for the run, a storage root
+    copied) is compared by content with the ``fingerprint`` it recorded, once: ``seen`` is what the previous
+    call recorded (stats whose content was found the same), and such a file is not hashed again. A run file
+    that left the inbox is no new version: the stages stay the run's."""
     metadata = raw.asset_materialization.metadata
     recorded, read = metadata.get("inputs"), metadata.get("fingerprint")
     src = storage.find_run(key)
     if src is None or recorded is None or read is None:  # gone, or read by a version that did not record it
-        return False
-    if _stats((src, meta_path_for(src))) == recorded.value:
-        return False
-    return fingerprint(src) != read.value
+        return False, None
+    now = _stats((src, meta_path_for(src)))
+    if now == recorded.value:
+        return False, None
+    same = {"stats": now, "fingerprint": read.value}
+    if seen == same:
+        return False, same
+    return (False, same) if fingerprint(src) == read.value else (True, None)
 
 
 def export_outputs(storage, key, asset_name) -> dict:
@@ -888,28 +894,25 @@ def _not_put_in_place(exc, storage, key, kind, cand_dir, refused) -> str:
 
 
 def _stale_chain(context, storage, key, kind):
-    """What to say when a step before this export last read another version of the run than the inbox or the
-    stages hold now (``run_file_changed``, ``unchanged.chain_stopped_at``): a version registered and never read, as
-    when CI registers a run and materializes only the exports, which re-export the stages as they are. None
-    when they are the run's, or when a file cannot be looked at (the export itself is what matters here)."""
-    from .unchanged import chain_stopped_at  # noqa: PLC0415 (it reads this module's definitions)
-
-    steps = (raw_simulation_data, scored_simulation_data, *((preference_pairs,) if kind == "dpo" else ()))
+    """(What to say when the inbox holds another version of the run than raw_simulation_data last read, else
+    None; what to record as ``inbox_checked``, ``run_file_changed``'s memory). A version registered and never
+    read: CI that registers a run and materializes only the exports, which re-export the stages as they are. A
+    file that cannot be looked at says nothing here: the export itself is what matters."""
+    export = sft_export if kind == "sft" else dpo_export
     try:
-        latest = latest_materializations(context.instance, [key], steps)
-        raw = latest["raw_simulation_data"].get(key)
-        if raw is not None and run_file_changed(storage, key, raw):
-            step = "raw_simulation_data"
-        else:
-            step = chain_stopped_at(storage, key, latest, [s.key.to_user_string() for s in steps[1:]])
+        latest = latest_materializations(context.instance, [key], (raw_simulation_data, export))
+        raw, previous = latest["raw_simulation_data"].get(key), latest[export.key.to_user_string()].get(key)
+        if raw is None:
+            return None, None
+        seen = previous.asset_materialization.metadata.get("inbox_checked") if previous is not None else None
+        changed, checked = run_file_changed(storage, key, raw, seen.value if seen is not None else None)
     except OSError:
-        return None
-    if step is None:
-        return None
-    what = "run file in the inbox" if step == "raw_simulation_data" else f"{CHAIN_STAGES[step]} stage"
-    return (f"the {what} is not the one {step} last read (a newer version of the run, never read or whose chain "
-            f"stopped at {step}): this {kind} export is of the stages as they are, an earlier version. Materialize "
-            "the run's whole chain (--select '*', or whileai-pipeline run <run file>) to export it")
+        return None, None
+    if not changed:
+        return None, checked
+    return (f"the run file in the inbox is not the one raw_simulation_data last read (a newer version of the run, "
+            f"registered and never read): this {kind} export is of the stages as they are, an earlier version. "
+            "Materialize the run's whole chain (--select '*', or whileai-pipeline run <run file>) to export it"), None
 
 
 def _finish_export(context, storage, kind, formats, candidates, reports, config, cand_dir, pictures, inputs,
@@ -917,7 +920,7 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
     """Decide from the reports, publish or reject, and describe it all as metadata: the status and the summary
     first (what the asset page's table opens with), then the numbers, then the per-format reports and paths.
     ``inputs``: ``export_inputs`` taken before the stage was read. ``totals``: plotted numbers of the whole
-    export, beside ``dagster/row_count``. ``stale``: ``_stale_chain``'s warning."""
+    export, beside ``dagster/row_count``. ``stale``: what ``_stale_chain`` found."""
     key = context.partition_key
     validate = config.validate_gates
     failed = failed_gates(reports)
@@ -1020,9 +1023,12 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
     # in place when it was refused or had nothing to publish (its own <f>/sha256 is then not theirs)
     metadata["live"] = dg.MetadataValue.json(live_files(storage, key, kind, outcomes if not blocked else {}))
     metadata["code_fingerprint"] = code_fingerprint()
+    stale, checked = stale if stale is not None else (None, None)
     if stale:
         metadata["warning"] = stale
         context.log.warning(stale)
+    if checked:  # the inbox file compared by content and found the same: not hashed again while it stays so
+        metadata["inbox_checked"] = dg.MetadataValue.json(checked)
     if blocked and not _gates_run_after(context):
         raise dg.Failure(
             description=f"{kind} export for {key!r} refused by its gates ({failed}); this run does not execute "

@@ -68,13 +68,13 @@ def _why_export_again(name, metadata, inputs, outputs, values, fingerprint) -> O
     return f"other options ({', '.join(changed)})"
 
 
-def chain_stopped_at(storage, key, latest, steps=tuple(CHAIN_STAGES)) -> Optional[str]:
-    """The first of ``steps`` of run ``key``'s chain (``CHAIN_STAGES``) whose latest materialization read another
-    stage than the one there now, or None: a newer version of the run whose chain failed at that step (a scorer that
+def chain_stopped_at(storage, key, latest) -> Optional[str]:
+    """The first step of run ``key``'s chain (``CHAIN_STAGES``) whose latest materialization read another stage
+    than the one there now, or None: a newer version of the run whose chain failed at that step (a scorer that
     raised, a judge that was down). Its exports are of the earlier version, and re-exporting them from the
     stages the chain left would not change that. ``latest``: ``stored_options.latest_materializations`` of the
     chain's steps. A step materialized by a version that did not record its inputs is taken as read."""
-    for name in steps:
+    for name in CHAIN_STAGES:
         record = latest.get(name, {}).get(key)
         recorded = record.asset_materialization.metadata.get("inputs") if record is not None else None
         if recorded is not None and recorded.value != step_inputs(storage, key, name):
