@@ -893,7 +893,7 @@ def _not_put_in_place(exc, storage, key, kind, cand_dir, refused) -> str:
             "then materialize again.")
 
 
-def _stale_chain(context, storage, key, kind):
+def _unread_version(context, storage, key, kind):
     """(What to say when the inbox holds another version of the run than raw_simulation_data last read, else
     None; what to record as ``inbox_checked``, ``run_file_changed``'s memory). A version registered and never
     read: CI that registers a run and materializes only the exports, which re-export the stages as they are. A
@@ -916,11 +916,11 @@ def _stale_chain(context, storage, key, kind):
 
 
 def _finish_export(context, storage, kind, formats, candidates, reports, config, cand_dir, pictures, inputs,
-                   totals=None, stale=None):
+                   totals=None, unread=None):
     """Decide from the reports, publish or reject, and describe it all as metadata: the status and the summary
     first (what the asset page's table opens with), then the numbers, then the per-format reports and paths.
     ``inputs``: ``export_inputs`` taken before the stage was read. ``totals``: plotted numbers of the whole
-    export, beside ``dagster/row_count``. ``stale``: what ``_stale_chain`` found."""
+    export, beside ``dagster/row_count``. ``unread``: what ``_unread_version`` found."""
     key = context.partition_key
     validate = config.validate_gates
     failed = failed_gates(reports)
@@ -1023,10 +1023,10 @@ def _finish_export(context, storage, kind, formats, candidates, reports, config,
     # in place when it was refused or had nothing to publish (its own <f>/sha256 is then not theirs)
     metadata["live"] = dg.MetadataValue.json(live_files(storage, key, kind, outcomes if not blocked else {}))
     metadata["code_fingerprint"] = code_fingerprint()
-    stale, checked = stale if stale is not None else (None, None)
-    if stale:
-        metadata["warning"] = stale
-        context.log.warning(stale)
+    said, checked = unread if unread is not None else (None, None)
+    if said:
+        metadata["warning"] = said
+        context.log.warning(said)
     if checked:  # the inbox file compared by content and found the same: not hashed again while it stays so
         metadata["inbox_checked"] = dg.MetadataValue.json(checked)
     if blocked and not _gates_run_after(context):
@@ -1055,7 +1055,7 @@ def sft_export(
     scored = storage.stage_path(key, STAGE_SCORED)
     _require_stage(storage, scored, "scored_simulation_data")
     inputs = export_inputs(storage, key, "sft_export")  # before the read: a later change is a change
-    stale = _stale_chain(context, storage, key, "sft")  # before anything is written
+    unread = _unread_version(context, storage, key, "sft")  # before anything is written
     if config.sft_rows == "pass":
         source = storage.stage_path(key, STAGE_SFT_SOURCE)
         carried = ScoreStats()  # of the rows the export carries, counted in the pass that picks them
@@ -1077,7 +1077,7 @@ def sft_export(
     stats = carried if carried is not None else score_stats_of_file(source)
     # the mean reward of the rows the export carries: NaN when none is graded, so the key stays
     return _finish_export(context, storage, "sft", formats, candidates, reports, config, cand_dir,
-                          _reward_pictures(stats), inputs, {"mean_reward": real(stats.mean_reward)}, stale)
+                          _reward_pictures(stats), inputs, {"mean_reward": real(stats.mean_reward)}, unread)
 
 
 @dg.asset(
@@ -1096,7 +1096,7 @@ def dpo_export(
     pairs_path = storage.stage_path(key, STAGE_PAIRS)
     _require_stage(storage, pairs_path, "preference_pairs")
     inputs = export_inputs(storage, key, "dpo_export")  # before the read: a later change is a change
-    stale = _stale_chain(context, storage, key, "dpo")  # before anything is written
+    unread = _unread_version(context, storage, key, "dpo")  # before anything is written
     formats = list(config.formats)
     # Every format from one read. A path source: the pairs stream from the stage file, the system
     # prompt and tools come from its sidecar (pairs.meta.json), and the report names the file and
@@ -1108,7 +1108,7 @@ def dpo_export(
     )
     pictures = _reward_pictures(score_stats_of_file(pairs_path, sides=True))  # both sides of every pair
     return _finish_export(context, storage, "dpo", formats, candidates, reports, config, cand_dir,
-                          pictures, inputs, stale=stale)
+                          pictures, inputs, unread=unread)
 
 
 ASSETS = [raw_simulation_data, scored_simulation_data, preference_pairs, sft_export, dpo_export]
