@@ -244,6 +244,11 @@ CONFIG_CLASSES = {
 }
 
 
+def run_config_options(cls) -> list:
+    """The options of config class ``cls`` as its run config spells them (``validate`` not ``validate_gates``)."""
+    return [field.alias or name for name, field in cls.model_fields.items()]
+
+
 def as_run_config(config: dg.Config) -> dict:
     """An asset's config as its run config spells it (``validate`` not ``validate_gates``, an enum by
     name): stored with each materialization, so a re-export can run with the same options."""
@@ -274,7 +279,7 @@ def stored_config(asset_name: str, values) -> Optional[dict]:
     cls = CONFIG_CLASSES.get(asset_name)
     if cls is None or not isinstance(values, dict):
         return None
-    known = {field.alias or name for name, field in cls.model_fields.items()}
+    known = set(run_config_options(cls))
     values = {k: v for k, v in values.items() if k in known and k not in NOT_CARRIED}
     try:
         _check_op_configs({asset_name: {"config": values}})
@@ -379,7 +384,7 @@ def _check_op_names(ops) -> None:
         values = block.get("config") if isinstance(block, dict) else None
         if not isinstance(values, dict):
             continue
-        known = [field.alias or key for key, field in cls.model_fields.items()]
+        known = run_config_options(cls)
         for option in values:
             if option not in known:
                 match = difflib.get_close_matches(str(option), known, n=1)
